@@ -1,0 +1,39 @@
+# Two entry points, both self-contained on a fresh machine:
+#   make demo   build .venv, install lcr, replay a built-in workload (+ a real trace when ../shared/data exists)
+#   make test   build .venv with the test extras and run the suite
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+DATA   ?= ../shared/data
+OUT    ?= demo-out
+NATIVE_SOURCES := $(wildcard csrc/*/*.cpp csrc/*/*.h csrc/*/*.cu csrc/*/*.cuh)
+
+.PHONY: demo test clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+$(VENV)/.installed: $(BIN)/python pyproject.toml setup.py $(NATIVE_SOURCES)
+	$(BIN)/python -m pip install -q -e .
+	touch $@
+
+$(VENV)/.installed-test: $(VENV)/.installed
+	$(BIN)/python -m pip install -q -e '.[test]'
+	touch $@
+
+demo: $(VENV)/.installed
+	$(BIN)/lcr sim zipf:requests=200000,keys=20000,alpha=0.9,seed=0 \
+	    --cache 1%,5%,10% --policies lru,opt,fpb,hf,laru --predictor oracle --noise 0,0.5,1 \
+	    --json $(OUT)/zipf.json --plot $(OUT)/zipf.png
+	@if [ -f $(DATA)/classic/cache2k_web07.trace.xz ]; then \
+	  $(BIN)/lcr sim $(DATA)/classic/cache2k_web07.trace.xz \
+	    --cache 1%,5%,10% --policies lru,opt,fpb,hf,laru --predictor oracle --noise 0,0.5,1 \
+	    --json $(OUT)/web07.json --plot $(OUT)/web07.png; \
+	else echo "($(DATA) not found: skipping the real-trace demo)"; fi
+
+test: $(VENV)/.installed-test
+	$(BIN)/python -m pytest -q
+
+clean:
+	rm -rf $(VENV) build *.egg-info lcr/*.so $(OUT)

@@ -1,0 +1,7 @@
+// One register_* function per engine file; module.cpp calls them all.
+#pragma once
+#include <pybind11/pybind11.h>
+
+namespace lcr {
+void register_next_use(pybind11::module_& m);
+}  // namespace lcr

@@ -1,0 +1,3 @@
+from lcr.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,34 @@
+"""The `lcr` command line: one subcommand per module, each registered through `register`."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from lcr.errors import LcrInputError
+
+
+def _command_modules():
+    # Imported here so `lcr --help` stays fast and a broken optional part names itself.
+    from lcr.sim import cli as sim_cli
+
+    return [sim_cli]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="lcr", description=__doc__)
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    for module in _command_modules():
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except LcrInputError as err:
+        print(f"lcr {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
