@@ -1,0 +1,81 @@
+"""The interface every policy implements, and the counters every policy keeps.
+
+A policy manages a cache of ``capacity`` unit-size items keyed by integers. The
+simulator (or a cache engine) calls ``access(key, t)`` once per request, with ``t``
+the request's logical time (its index in the trace). The policy answers hit or
+miss and, on a miss into a full cache, evicts exactly one item, which it reports in
+``last_evicted`` so that engines can be compared decision by decision.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import ClassVar, Iterator
+
+
+@dataclass
+class PolicyStats:
+    hits: int = 0
+    misses: int = 0
+    evictions: int = 0
+    # Evictions chosen by a prediction, and evictions that followed recency (LRU) instead.
+    prediction_evictions: int = 0
+    lru_evictions: int = 0
+    # Calls into the predictor, and the number of keys they asked about.
+    predictor_calls: int = 0
+    predicted_keys: int = 0
+    extra: dict[str, float] = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        out = {k: v for k, v in self.__dict__.items() if k != "extra"}
+        out.update(self.extra)
+        return out
+
+
+class Policy(ABC):
+    """A cache of ``capacity`` unit-size items with one eviction rule."""
+
+    #: Registry name, e.g. ``"laru"``.
+    name: ClassVar[str]
+    #: Whether the constructor takes a ``predictor`` (see ``lcr.policies.predictions``).
+    uses_predictions: ClassVar[bool] = False
+    #: Whether the constructor takes ``next_use`` (offline policies such as OPT).
+    uses_future: ClassVar[bool] = False
+
+    def __init__(self, capacity: int):
+        if int(capacity) < 1:
+            raise ValueError(f"cache capacity must be at least 1 item, got {capacity}")
+        self.capacity = int(capacity)
+        self.stats = PolicyStats()
+        #: The key evicted by the latest ``access``, or None.
+        self.last_evicted: int | None = None
+
+    def access(self, key: int, t: int) -> bool:
+        """Serve one request; return True on a hit."""
+        self.last_evicted = None
+        hit = self._access(key, t)
+        if hit:
+            self.stats.hits += 1
+        else:
+            self.stats.misses += 1
+            if self.last_evicted is not None:
+                self.stats.evictions += 1
+        return hit
+
+    @abstractmethod
+    def _access(self, key: int, t: int) -> bool:
+        """Serve one request; set ``last_evicted`` when evicting."""
+
+    @abstractmethod
+    def __contains__(self, key: int) -> bool: ...
+
+    @abstractmethod
+    def __len__(self) -> int: ...
+
+    @abstractmethod
+    def __iter__(self) -> Iterator[int]:
+        """The cached keys (order is the policy's own)."""
+
+    @property
+    def full(self) -> bool:
+        return len(self) >= self.capacity

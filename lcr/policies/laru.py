@@ -1,0 +1,108 @@
+"""LARU: learning-augmented LRU (Algorithm 1 of the LCR paper).
+
+On a miss into a full cache:
+  - if no unrequested old item is left, a new phase starts: every cached item becomes
+    old, lambda returns to 1, and the record of prediction-driven evictions is cleared;
+  - if the requested key was evicted *by prediction* earlier in this phase (its most
+    recent eviction), the miss is prediction-induced: evict by LRU and shrink lambda;
+  - otherwise the candidates are the l = max(floor(lambda * k), 1) least recently used
+    items; with l = 1 that is an LRU eviction (no predictor call), else the candidate
+    with the largest predicted next-request time is evicted.
+
+``shrink_every`` gives the LLM variant of the paper's Section 5.1: lambda is divided by
+``b`` once every ``shrink_every`` prediction-induced misses of a phase (the paper uses
+k/32 there, see ``llm_shrink_every``); the default 1 is Algorithm 1 as written.
+"""
+from __future__ import annotations
+
+import math
+
+from lcr.policies.base import Policy
+from lcr.policies.predictions import NextAccessPredictor, PredictionTable
+from lcr.policies.recency import RecencyOrder
+
+
+def llm_shrink_every(capacity: int) -> int:
+    """The paper's LLM setting halves lambda once every k/32 prediction-induced misses."""
+    return max(1, capacity // 32)
+
+
+class LARU(Policy):
+    name = "laru"
+    uses_predictions = True
+
+    def __init__(self, capacity: int, predictor: NextAccessPredictor, mode: str = "sync",
+                 b: float = 2.0, shrink_every: int = 1):
+        super().__init__(capacity)
+        if not b > 1:
+            raise ValueError(f"laru needs b > 1, got {b}")
+        if shrink_every < 1:
+            raise ValueError(f"laru shrink_every must be at least 1, got {shrink_every}")
+        self.b = float(b)
+        self.shrink_every = int(shrink_every)
+        self.recency = RecencyOrder()
+        self.table = PredictionTable(predictor, mode, self.stats)
+        self.lam = 1.0
+        self.old: set[int] = set()  # O: items cached at the phase start, not yet requested or evicted
+        self.evicted_by_prediction: set[int] = set()
+        self._induced_in_phase = 0
+        self.stats.extra.update(phases=0, prediction_induced_misses=0)
+
+    @property
+    def window(self) -> int:
+        """l = max(floor(lambda * k), 1)."""
+        return max(math.floor(self.lam * self.capacity), 1)
+
+    def _access(self, key, t):
+        hit = key in self.recency
+        if hit:
+            self.old.discard(key)
+        else:
+            if self.full:
+                self._evict_for(key, t)
+            # Loaded again: its last eviction is no longer the one line 14 asks about.
+            self.evicted_by_prediction.discard(key)
+        self.recency.touch(key)
+        self.table.on_access(key, t)
+        return hit
+
+    def _evict_for(self, key: int, t: int) -> None:
+        if not self.old:
+            self._start_phase()
+        if key in self.evicted_by_prediction:
+            victim = self.recency.oldest(1)[0]
+            self.stats.lru_evictions += 1
+            self.stats.extra["prediction_induced_misses"] += 1
+            self._induced_in_phase += 1
+            if self._induced_in_phase % self.shrink_every == 0:
+                self.lam /= self.b
+        else:
+            candidates = self.recency.oldest(self.window)
+            if len(candidates) == 1:
+                victim = candidates[0]
+                self.stats.lru_evictions += 1
+            else:
+                self.table.before_eviction(candidates, t)
+                victim = self.table.pick_victim(candidates)
+                self.evicted_by_prediction.add(victim)
+                self.stats.prediction_evictions += 1
+        self.old.discard(victim)
+        self.recency.remove(victim)
+        self.table.forget(victim)
+        self.last_evicted = victim
+
+    def _start_phase(self) -> None:
+        self.old = set(self.recency)
+        self.lam = 1.0
+        self.evicted_by_prediction.clear()
+        self._induced_in_phase = 0
+        self.stats.extra["phases"] += 1
+
+    def __contains__(self, key):
+        return key in self.recency
+
+    def __len__(self):
+        return len(self.recency)
+
+    def __iter__(self):
+        return iter(self.recency)

@@ -1,0 +1,94 @@
+"""`lcr sim`: replay a trace or a generated workload through policies and report."""
+from __future__ import annotations
+
+import argparse
+import math
+
+from lcr.errors import LcrInputError
+from lcr.predict import PREDICTORS
+from lcr.sim.progress import maybe_progress
+from lcr.sim.sweep import PolicySpec, run_sweep, sweep_size
+from lcr.traces import FORMATS, GENERATORS, load_trace
+
+
+def parse_capacities(text: str, distinct_keys: int) -> list[int]:
+    """``1%,5%,100``: percentages of the distinct keys, or item counts."""
+    out = []
+    for item in filter(None, (s.strip() for s in text.split(","))):
+        try:
+            value = float(item[:-1]) / 100 * distinct_keys if item.endswith("%") else float(item)
+        except ValueError:
+            raise LcrInputError(f"--cache: {item!r} is neither a number nor a percentage") from None
+        if not math.isfinite(value) or value <= 0:
+            raise LcrInputError(f"--cache: {item!r} gives no room; cache sizes must be positive")
+        out.append(max(1, round(value)))
+    if not out:
+        raise LcrInputError("--cache: give at least one size")
+    return out
+
+
+def parse_noises(text: str) -> list[float]:
+    out = []
+    for item in filter(None, (s.strip() for s in text.split(","))):
+        try:
+            value = float(item)
+        except ValueError:
+            raise LcrInputError(f"--noise: {item!r} is not a number") from None
+        if not math.isfinite(value) or value < 0:
+            raise LcrInputError(f"--noise: {item!r} must be a finite number >= 0")
+        out.append(value)
+    return out or [0.0]
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "sim", help="replay a trace through caching policies",
+        description="Replay a trace file or a generated workload through policies and print "
+                    "hit ratio, misses, cost ratio (misses / OPT) and predictor calls.")
+    p.add_argument("trace", help="a trace file, or a generator spec such as "
+                                 f"zipf:requests=100000,alpha=1.0 (generators: {', '.join(GENERATORS)})")
+    p.add_argument("--format", choices=sorted(FORMATS), help="trace format (default: from the extension)")
+    p.add_argument("--limit", type=int, help="replay only the first N requests")
+    p.add_argument("--cache", default="1%,5%,10%", help="cache sizes: item counts or %% of distinct keys")
+    p.add_argument("--policies", default="lru,opt,fpb,hf,laru",
+                   help="comma-separated policy names, each optionally name:param=value,... "
+                        "(separate those with ';')")
+    p.add_argument("--predictor", default="oracle", choices=PREDICTORS)
+    p.add_argument("--noise", default="0", help="noise levels for the predictor, e.g. 0,0.1,0.5,1")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", help="write results as JSON here")
+    p.add_argument("--plot", help="write a PNG plot here")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="show a progress bar (default: on a terminal, for long sweeps)")
+    p.set_defaults(func=run)
+
+
+def split_policies(text: str) -> list[str]:
+    """``laru:b=4;mode=async,lru``: commas separate policies; ';' separates one policy's params."""
+    return [item.replace(";", ",") for item in text.split(",") if item.strip()]
+
+
+def run(args) -> int:
+    specs = [PolicySpec.parse(item) for item in split_policies(args.policies)]
+    noises = parse_noises(args.noise)
+    if args.limit is not None and args.limit < 1:
+        raise LcrInputError("--limit must be at least 1")
+    trace = load_trace(args.trace, args.format, args.limit)
+    capacities = parse_capacities(args.cache, trace.distinct_keys)
+    bar = maybe_progress(sweep_size(trace, specs, capacities, noises), "lcr sim", args.progress)
+    results = run_sweep(trace, specs, capacities, args.predictor, noises, args.seed, bar)
+    if bar:
+        bar.close()
+    print(f"# {trace.name}: {len(trace):,} requests, {trace.distinct_keys:,} distinct keys; "
+          f"predictor {args.predictor}")
+    from lcr.sim.report import format_table, write_json
+
+    print(format_table(results))
+    if args.json:
+        write_json(args.json, results, trace=trace.name, requests=len(trace),
+                   distinct_keys=trace.distinct_keys, predictor=args.predictor, seed=args.seed)
+    if args.plot:
+        from lcr.sim.plot import plot_sweep
+
+        plot_sweep(results, args.plot, title=f"{trace.name} ({args.predictor} predictions)")
+    return 0

@@ -1,0 +1,109 @@
+"""Sweeps: policies x cache sizes x noise levels over one trace, with OPT as the yardstick."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from lcr.errors import LcrInputError
+from lcr.policies import POLICIES, make_policy
+from lcr.predict import make_predictor
+from lcr.sim.runner import Progress, replay
+from lcr.traces import Trace
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """A policy name with parameters, written ``laru`` or ``laru:b=4,mode=async``."""
+
+    name: str
+    params: tuple[tuple[str, object], ...] = ()
+
+    @property
+    def label(self) -> str:
+        return self.name + ("" if not self.params else ":" + ",".join(f"{k}={v}" for k, v in self.params))
+
+    @property
+    def uses_predictions(self) -> bool:
+        return POLICIES[self.name].uses_predictions
+
+    @classmethod
+    def parse(cls, text: str) -> "PolicySpec":
+        name, _, rest = text.strip().partition(":")
+        if name not in POLICIES:
+            raise LcrInputError(f"unknown policy {name!r}; valid: {', '.join(POLICIES)}")
+        params = []
+        for item in filter(None, rest.split(",")):
+            key, sep, value = item.partition("=")
+            if not sep:
+                raise LcrInputError(f"policy parameter {item!r} in {text!r}: expected name=value")
+            params.append((key, _literal(value)))
+        return cls(name, tuple(params))
+
+
+def _literal(text: str):
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+@dataclass
+class SimResult:
+    trace: str
+    policy: str
+    capacity: int
+    predictor: str | None
+    noise: float | None
+    requests: int
+    hits: int
+    misses: int
+    hit_ratio: float
+    seconds: float
+    cost_ratio: float | None = None
+    stats: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def run_one(trace: Trace, spec: PolicySpec, capacity: int, predictor_name: str = "oracle",
+            noise: float = 0.0, seed: int = 0, progress: Progress | None = None) -> SimResult:
+    params = dict(spec.params)
+    if spec.name in ("marker", "predictive_marker"):
+        params.setdefault("seed", seed)
+    predictor = make_predictor(predictor_name, trace, noise, seed) if spec.uses_predictions else None
+    try:
+        policy = make_policy(spec.name, capacity, predictor=predictor, next_use=trace.next_use, **params)
+    except (TypeError, ValueError) as err:
+        raise LcrInputError(f"policy {spec.label!r}: {err}") from None
+    run = replay(trace, policy, predictor, progress=progress)
+    hits = int(run.hits.sum())
+    return SimResult(trace.name, spec.label, capacity, predictor_name if predictor else None,
+                     noise if predictor else None, len(trace), hits, len(trace) - hits,
+                     hits / len(trace), run.seconds, stats=run.stats)
+
+
+def run_sweep(trace: Trace, specs: list[PolicySpec], capacities: list[int], predictor: str = "oracle",
+              noises: list[float] = (0.0,), seed: int = 0, progress: Progress | None = None) -> list[SimResult]:
+    """Every policy at every capacity; predictive ones at every noise level too.
+    Cost ratios are misses / OPT misses at the same capacity (OPT is run if not asked)."""
+    results = []
+    opt = PolicySpec("opt")
+    for capacity in capacities:
+        baseline = run_one(trace, opt, capacity, progress=progress)
+        for spec in specs:
+            for noise in (noises if spec.uses_predictions else [None]):
+                if spec == opt:
+                    result = baseline
+                else:
+                    result = run_one(trace, spec, capacity, predictor, noise or 0.0, seed, progress)
+                result.cost_ratio = result.misses / baseline.misses if baseline.misses else 1.0
+                results.append(result)
+    return results
+
+
+def sweep_size(trace: Trace, specs: list[PolicySpec], capacities: list[int], noises: list[float]) -> int:
+    """Requests a sweep will replay, for the progress bar."""
+    runs = sum(len(noises) if s.uses_predictions else 1 for s in specs if s != PolicySpec("opt"))
+    return len(trace) * len(capacities) * (runs + 1)
