@@ -80,7 +80,7 @@ class _PrefixTrie:
         return depth
 
 
-def overlap_depths(requests: Iterable[Sequence[int]], cache_entries: int = 64) -> np.ndarray:
+def overlap_depths(requests: Iterable[Sequence[int]], cache_entries: int = 1024) -> np.ndarray:
     """For each request, the depth (in blocks) it matches among the last ``cache_entries`` requests."""
     if cache_entries < 1:
         raise LcrInputError(f"cache entries must be >= 1, got {cache_entries}")
@@ -94,7 +94,7 @@ def overlap_depths(requests: Iterable[Sequence[int]], cache_entries: int = 64) -
     return np.asarray(depths, dtype=np.int64)
 
 
-def law_from_trace(path: str | Path, cache_entries: int = 64) -> OverlapLaw:
+def law_from_trace(path: str | Path, cache_entries: int = 1024) -> OverlapLaw:
     """The empirical overlap law of a Mooncake trace, with L the deepest observed overlap."""
     depths = overlap_depths(read_mooncake_blocks(path), cache_entries)
     if depths.max() == 0:
