@@ -16,6 +16,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <stdexcept>
@@ -37,13 +38,17 @@ struct Line {
 };
 
 // True when `mid` is nowhere strictly below min(left, right): it can leave the hull.
-// Slopes strictly decrease left -> mid -> right.
+// Slopes strictly decrease left -> mid -> right, and
+// mid is useless iff x(left, right) <= x(left, mid), with x(u, v) = (c_v - c_u) / (k_u - k_v).
 bool redundant(const Line& left, const Line& mid, const Line& right) {
+    const double lhs = (right.intercept - left.intercept) * (left.slope - mid.slope);
+    const double rhs = (mid.intercept - left.intercept) * (left.slope - right.slope);
+    // Each product is within a few ulps; decide in double unless the two are that close.
+    if (std::fabs(lhs - rhs) > 1e-12 * (std::fabs(lhs) + std::fabs(rhs))) return lhs < rhs;
     using ld = long double;
-    // mid is useless iff x(left, right) <= x(left, mid), with x(u, v) = (c_v - c_u) / (k_u - k_v).
-    const ld lhs = (static_cast<ld>(right.intercept) - left.intercept) * (static_cast<ld>(left.slope) - mid.slope);
-    const ld rhs = (static_cast<ld>(mid.intercept) - left.intercept) * (static_cast<ld>(left.slope) - right.slope);
-    return lhs <= rhs;
+    const ld lhs_ld = (static_cast<ld>(right.intercept) - left.intercept) * (static_cast<ld>(left.slope) - mid.slope);
+    const ld rhs_ld = (static_cast<ld>(mid.intercept) - left.intercept) * (static_cast<ld>(left.slope) - right.slope);
+    return lhs_ld <= rhs_ld;
 }
 
 struct Solution {
