@@ -277,6 +277,10 @@ def test_cli_table_json_and_plot(lcr_main, capsys, tmp_path):
     dp = [p["reduction_factor"] for p in result["planners"]["dp"]]
     balanced = [p["reduction_factor"] for p in result["planners"]["balanced"]]
     assert all(d >= b for d, b in zip(dp, balanced)) and dp == sorted(dp)
+    for point in result["planners"]["dp"]:
+        assert len(point["positions"]) <= point["budget"]
+        law = law_from_spec("multimodal:length=300,seed=1")
+        assert expected_recompute(law, point["positions"]) == pytest.approx(point["recompute"])
     assert out_png.stat().st_size > 10_000
 
 

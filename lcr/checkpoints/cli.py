@@ -63,6 +63,8 @@ def _load(source: str, cache_entries: int, requests: int, seed: int) -> tuple[Ov
             raise LcrInputError("no request overlaps a retained cache entry", source=source)
         return OverlapLaw.from_samples(depths), depths
     law = law_from_spec(source)
+    if requests < 1:
+        raise LcrInputError(f"--requests must be >= 1, got {requests}")
     depths = np.random.default_rng(seed).choice(law.length + 1, size=requests, p=law.probabilities)
     return law, depths
 

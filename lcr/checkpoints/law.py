@@ -15,7 +15,7 @@ import numpy as np
 from lcr.errors import LcrInputError
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # arrays do not compare as one bool
 class OverlapLaw:
     """Non-negative weights over depths 0..L (``L >= 1``) with a positive total."""
 
@@ -41,7 +41,7 @@ class OverlapLaw:
     @classmethod
     def from_samples(cls, depths: Iterable[int], length: int | None = None) -> "OverlapLaw":
         """The empirical law (integer counts) of observed depths; ``length`` defaults to the deepest."""
-        d = np.asarray(list(depths) if not isinstance(depths, np.ndarray) else depths, dtype=np.int64)
+        d = np.asarray(depths if isinstance(depths, np.ndarray) else list(depths), dtype=np.int64)
         if d.size == 0:
             raise LcrInputError("overlap law: no depth samples")
         if d.min() < 0:

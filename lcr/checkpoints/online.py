@@ -8,6 +8,7 @@ re-solves. Planning happens off the serving path; a request is served by the pla
 """
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Iterable
 
 import numpy as np
@@ -61,8 +62,8 @@ class OnlinePlanner:
 
     def resume_depth(self, depth: int) -> int:
         """Where the plan in force resumes a request of this depth (0: replay from scratch)."""
-        usable = [s for s in self.plan.positions if s <= depth]
-        return usable[-1] if usable else 0
+        i = bisect_right(self.plan.positions, depth)
+        return self.plan.positions[i - 1] if i else 0
 
     def observe(self, depth: int) -> bool:
         """Record one request's overlap depth; True when this triggered a new plan."""

@@ -37,8 +37,8 @@ def to_json(result: Sweep) -> dict:
         "budgets": result.budgets,
         "planners": {
             name: [
-                {"budget": p.budget, "checkpoints": p.checkpoints, "recompute": p.recompute,
-                 "reduction_factor": finite(p.reduction)}
+                {"budget": p.budget, "recompute": p.recompute, "reduction_factor": finite(p.reduction),
+                 "positions": list(p.positions)}
                 for p in points
             ]
             for name, points in result.curves.items()

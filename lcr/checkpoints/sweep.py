@@ -15,7 +15,7 @@ from lcr.checkpoints.planners import DpPlanner, Planner, check_budget
 @dataclass(frozen=True)
 class Point:
     budget: int
-    checkpoints: int  # positions actually used (a plan may need fewer than its budget)
+    positions: tuple[int, ...]  # the plan (a plan may use fewer than its budget)
     recompute: float  # blocks replayed per request
     reduction: float  # no-cache work / recompute work (inf when nothing is replayed)
 
@@ -38,7 +38,7 @@ def sweep_law(source: str, law: OverlapLaw, planners: Sequence[Planner], budgets
         else:
             plans = [planner.plan(law, b) for b in budgets]
         result.curves[planner.name] = [
-            Point(b, len(p.positions), p.expected_recompute,
+            Point(b, p.positions, p.expected_recompute,
                   reduction_factor(result.no_cache_work, p.expected_recompute))
             for b, p in zip(budgets, plans)
         ]
@@ -51,5 +51,6 @@ def add_online_curve(result: Sweep, depths: np.ndarray, **options) -> None:
     points = []
     for b in result.budgets:
         recompute, online = replay_online(depths, result.length, b, **options)
-        points.append(Point(b, len(online.plan.positions), recompute, reduction_factor(no_cache, recompute)))
+        # The positions are the last plan in force; the recompute is over the whole replay.
+        points.append(Point(b, online.plan.positions, recompute, reduction_factor(no_cache, recompute)))
     result.curves["online"] = points
