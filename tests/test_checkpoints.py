@@ -95,6 +95,15 @@ def test_convex_hull_dp_equals_reference_on_real_valued_laws(seed):
     assert plan.expected_recompute == pytest.approx(ref_cost, rel=1e-9, abs=1e-12)
 
 
+@pytest.mark.parametrize("make_law", [spike_law, short_prefix_law, multimodal_law])
+def test_convex_hull_dp_equals_reference_on_long_synthetic_prefixes(make_law):
+    law = make_law(1200, 5)
+    ref_cost, ref_positions = reference_dp(law, 24)
+    plan = DpPlanner().plan(law, 24)
+    assert plan.expected_recompute == pytest.approx(ref_cost, rel=1e-9)
+    assert list(plan.positions) == ref_positions
+
+
 def test_dp_costs_fall_with_budget_and_reach_zero_once_the_support_is_covered():
     law = OverlapLaw([0, 3, 0, 0, 5, 0, 2, 0])  # support {1, 4, 6}
     costs, plans = solve_native(law, 5)
