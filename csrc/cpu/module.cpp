@@ -7,4 +7,12 @@ PYBIND11_MODULE(_native, m) {
     m.doc() = "lcr's C++ engines (CPU)";
     lcr::register_next_use(m);
     lcr::register_checkpoints(m);
+    lcr::register_dense_ids(m);
+    lcr::register_sim_lru(m);
+    lcr::register_sim_opt(m);
+    lcr::register_sim_fpb(m);
+    lcr::register_sim_hf(m);
+    lcr::register_sim_laru(m);
+    lcr::register_sim_marker(m);
+    lcr::register_sim_sieve(m);
 }

@@ -5,4 +5,13 @@
 namespace lcr {
 void register_next_use(pybind11::module_& m);
 void register_checkpoints(pybind11::module_& m);
+// Simulator cores (sim_*.cpp) and the key remapping they run on.
+void register_dense_ids(pybind11::module_& m);
+void register_sim_lru(pybind11::module_& m);
+void register_sim_opt(pybind11::module_& m);
+void register_sim_fpb(pybind11::module_& m);
+void register_sim_hf(pybind11::module_& m);
+void register_sim_laru(pybind11::module_& m);
+void register_sim_marker(pybind11::module_& m);
+void register_sim_sieve(pybind11::module_& m);
 }  // namespace lcr

@@ -1,0 +1,106 @@
+// LARU (learning-augmented LRU, Algorithm 1) core; the spec is lcr.policies.laru.LARU.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "cpu/recency_tree.h"
+#include "cpu/registry.h"
+#include "cpu/sim_replay.h"
+
+namespace lcr {
+namespace {
+
+using namespace sim;
+
+struct LaruParams {
+    double b = 2.0;
+    int64_t shrink_every = 1;
+};
+
+void run_laru(const Requests& req, Recorder& rec, Counters& c, int64_t k, const Predictions& pred,
+              const LaruParams& params) {
+    RecencyTree cache(k, req.n_ids);
+    // O: cached at the phase start and neither requested nor evicted since.
+    std::vector<uint8_t> old(req.n_ids, 0);
+    int64_t old_count = 0;
+    // The phase in which a key was last evicted by prediction (0: not since its reload);
+    // bumping the phase number clears the whole record at once.
+    std::vector<int64_t> predicted_out_in(req.n_ids, 0);
+    int64_t& phase = c.phases;
+    double& lam = c.lambda;
+    int64_t induced_in_phase = 0;
+
+    auto leave_old = [&](int32_t id) {
+        if (old[id]) {
+            old[id] = 0;
+            --old_count;
+        }
+    };
+
+    for (int64_t t = 0; t < req.n; ++t) {
+        const int32_t id = req.ids[t];
+        if (cache.contains(id)) {
+            leave_old(id);
+            cache.touch(id, pred.rank(t));
+            rec.hit(t);
+            continue;
+        }
+        if (cache.size() >= k) {
+            if (old_count == 0) {  // a new phase: every cached item becomes old
+                cache.for_each([&](int32_t item) { old[item] = 1; });
+                old_count = cache.size();
+                lam = 1.0;
+                induced_in_phase = 0;
+                ++phase;
+            }
+            int32_t victim;
+            if (predicted_out_in[id] == phase) {  // a prediction-induced miss
+                victim = cache.oldest();
+                ++c.lru_evictions;
+                ++c.prediction_induced_misses;
+                if (++induced_in_phase % params.shrink_every == 0) lam /= params.b;
+            } else {
+                const int64_t window = std::max<int64_t>(static_cast<int64_t>(std::floor(lam * static_cast<double>(k))), 1);
+                const int64_t candidates = std::min(window, cache.size());
+                if (candidates == 1) {
+                    victim = cache.oldest();
+                    ++c.lru_evictions;
+                } else {
+                    c.predict_at_eviction(pred, candidates);
+                    victim = cache.largest_among_oldest(candidates);
+                    predicted_out_in[victim] = phase;
+                    ++c.prediction_evictions;
+                }
+            }
+            leave_old(victim);
+            cache.remove(victim);
+            rec.miss(t, victim);
+        } else {
+            rec.miss(t);
+        }
+        predicted_out_in[id] = 0;  // reloaded: its last eviction is no longer by prediction
+        cache.push_newest(id, pred.rank(t));
+    }
+    c.predict_on_access(pred, req.n);
+}
+
+py::tuple replay_laru(const Array<int32_t>& ids, int64_t n_ids, int64_t capacity, const Array<double>& predictions,
+                      bool async, double b, int64_t shrink_every, bool record_evictions) {
+    checked_capacity(capacity);
+    if (!(b > 1)) throw py::value_error("laru needs b > 1");
+    if (shrink_every < 1) throw py::value_error("laru shrink_every must be at least 1");
+    const Predictions pred{aligned_with(predictions, ids.size(), "predictions"), async};
+    const LaruParams params{b, shrink_every};
+    return run_core(ids, n_ids, record_evictions, [&](const Requests& req, Recorder& rec, Counters& c) {
+        run_laru(req, rec, c, capacity, pred, params);
+    });
+}
+
+}  // namespace
+
+void register_sim_laru(py::module_& m) {
+    m.def("replay_laru", &replay_laru, py::arg("ids"), py::arg("n_ids"), py::arg("capacity"), py::arg("predictions"),
+          py::arg("async_mode"), py::arg("b"), py::arg("shrink_every"), py::arg("record_evictions"));
+}
+
+}  // namespace lcr
