@@ -3,15 +3,18 @@
 //
 // Every touch gives an item the next free position (a logical timestamp), so
 // positions sort items oldest first. A segment tree over positions keeps, per
-// subtree, the number of items and the largest rank with its leftmost (oldest)
-// position. One descent finds the l-th oldest item by counts while folding in the
-// left subtrees it passes, which are exactly the items older than it. When the
-// positions run out, the live items are compacted to the front: with room for
-// twice the capacity this costs O(1) amortized per touch.
+// subtree, the number of items and the largest rank. A query descends once to the
+// l-th oldest item by counts, passing by left subtrees that together hold exactly
+// the items older than it; a second descent finds the oldest item with the largest
+// rank among them. When the positions run out, the live items are compacted to the
+// front: with room for twice the capacity this costs O(1) amortized per touch.
+//
+// Ranks are stored as order-preserving unsigned integers (0 marks an empty slot),
+// so that updates are branch-free max/add passes up the tree.
 #pragma once
 #include <algorithm>
 #include <cstdint>
-#include <limits>
+#include <cstring>
 #include <vector>
 
 namespace lcr::sim {
@@ -22,27 +25,28 @@ public:
     RecencyTree(int64_t capacity, int64_t n_ids) : pos_of_(n_ids, kAbsent) {
         const int64_t most = std::max<int64_t>(1, std::min(capacity, n_ids));
         while (leaves_ < 2 * most) leaves_ *= 2;
-        node_.assign(2 * leaves_, Node{});
+        best_.assign(2 * leaves_, kEmpty);
+        count_.assign(2 * leaves_, 0);
         item_at_.assign(leaves_, kAbsent);
     }
 
     bool contains(int32_t id) const { return pos_of_[id] != kAbsent; }
-    int64_t size() const { return node_[1].count; }
+    int64_t size() const { return count_[1]; }
 
-    // Insert `id` (absent) as the most recently used item.
+    // Insert `id` (absent) as the most recently used item. `rank` must not be NaN.
     void push_newest(int32_t id, double rank) {
         if (next_pos_ == leaves_) compact();
         const int32_t pos = next_pos_++;
         pos_of_[id] = pos;
         item_at_[pos] = id;
-        set_leaf(pos, Node{rank, 1, pos});
+        set_leaf(pos, order_key(rank), 1);
     }
 
     void remove(int32_t id) {
         const int32_t pos = pos_of_[id];
         pos_of_[id] = kAbsent;
         item_at_[pos] = kAbsent;
-        set_leaf(pos, Node{});
+        set_leaf(pos, kEmpty, 0);
     }
 
     // Make `id` (present) the most recently used, with a new rank.
@@ -51,28 +55,40 @@ public:
         push_newest(id, rank);
     }
 
-    int32_t oldest() const { return largest_among_oldest(1); }
+    int32_t oldest() const {
+        int64_t i = 1;
+        while (i < leaves_) i = count_[2 * i] ? 2 * i : 2 * i + 1;
+        return item_at_[i - leaves_];
+    }
 
     // Among the `l` least recently used items (1 <= l <= size()), the one with the
     // largest rank; on ties the least recently used of them.
     int32_t largest_among_oldest(int64_t l) const {
-        Node acc{};
+        if (l >= size()) return largest();
+        // Descend to the l-th oldest leaf, noting the left subtrees passed (oldest first).
+        int64_t passed[64];
+        int n_passed = 0;
         int64_t i = 1;
         while (i < leaves_) {
-            const Node& left = node_[2 * i];
-            if (left.count >= l) {
-                i = 2 * i;
+            const int64_t left = 2 * i;
+            if (count_[left] >= l) {
+                i = left;
             } else {
-                acc = join(acc, left);
-                l -= left.count;
-                i = 2 * i + 1;
+                passed[n_passed++] = left;
+                l -= count_[left];
+                i = left + 1;
             }
         }
-        return item_at_[join(acc, node_[i]).pos];
+        passed[n_passed++] = i;
+        uint64_t top = 0;
+        for (int j = 0; j < n_passed; ++j) top = std::max(top, best_[passed[j]]);
+        int j = 0;
+        while (best_[passed[j]] != top) ++j;
+        return item_at_[leftmost_with(passed[j], top) - leaves_];
     }
 
     // The largest rank over all items (oldest on ties).
-    int32_t largest() const { return item_at_[node_[1].pos]; }
+    int32_t largest() const { return item_at_[leftmost_with(1, best_[1]) - leaves_]; }
 
     // Calls f(id) for every item, oldest first.
     template <class F>
@@ -83,24 +99,35 @@ public:
 
 private:
     static constexpr int32_t kAbsent = -1;
+    static constexpr uint64_t kEmpty = 0;  // below the key of every double, -inf included
 
-    struct Node {
-        double best = -std::numeric_limits<double>::infinity();  // meaningless when count == 0
-        int32_t count = 0;
-        int32_t pos = kAbsent;  // position of `best`, the oldest one on ties
-    };
-
-    // `a` covers older positions than `b`, so it wins ties.
-    static Node join(const Node& a, const Node& b) {
-        const bool take_b = a.count == 0 || (b.count != 0 && b.best > a.best);
-        const Node& w = take_b ? b : a;
-        return Node{w.best, a.count + b.count, w.pos};
+    // Maps doubles to integers in the same order (-0.0 and 0.0 to one key, as they
+    // compare equal), all above kEmpty.
+    static uint64_t order_key(double rank) {
+        rank += 0.0;  // -0.0 -> 0.0
+        uint64_t bits;
+        std::memcpy(&bits, &rank, sizeof bits);
+        return (bits >> 63) ? ~bits : bits | (uint64_t{1} << 63);
     }
 
-    void set_leaf(int32_t pos, Node leaf) {
+    // The leftmost leaf under node `i` whose key is `key` (the subtree's largest).
+    int64_t leftmost_with(int64_t i, uint64_t key) const {
+        while (i < leaves_) i = best_[2 * i] == key ? 2 * i : 2 * i + 1;
+        return i;
+    }
+
+    // Carries the node's new values up in registers: each level reads only the
+    // sibling, which the previous store did not touch, so the loads pipeline.
+    void set_leaf(int32_t pos, uint64_t key, int32_t count) {
         int64_t i = leaves_ + pos;
-        node_[i] = leaf;
-        for (i >>= 1; i >= 1; i >>= 1) node_[i] = join(node_[2 * i], node_[2 * i + 1]);
+        best_[i] = key;
+        count_[i] = count;
+        for (; i > 1; i >>= 1) {
+            key = std::max(key, best_[i ^ 1]);
+            count += count_[i ^ 1];
+            best_[i >> 1] = key;
+            count_[i >> 1] = count;
+        }
     }
 
     // Slide the live items to positions 0..size-1, keeping their order.
@@ -109,21 +136,26 @@ private:
         for (int32_t pos = 0; pos < next_pos_; ++pos) {
             const int32_t id = item_at_[pos];
             if (id == kAbsent) continue;
-            Node leaf = node_[leaves_ + pos];
-            leaf.pos = next;
+            const uint64_t key = best_[leaves_ + pos];
             item_at_[pos] = kAbsent;
-            node_[leaves_ + pos] = Node{};
+            best_[leaves_ + pos] = kEmpty;
+            count_[leaves_ + pos] = 0;
             item_at_[next] = id;
-            node_[leaves_ + next] = leaf;
+            best_[leaves_ + next] = key;
+            count_[leaves_ + next] = 1;
             pos_of_[id] = next++;
         }
         next_pos_ = next;
-        for (int64_t i = leaves_ - 1; i >= 1; --i) node_[i] = join(node_[2 * i], node_[2 * i + 1]);
+        for (int64_t i = leaves_ - 1; i >= 1; --i) {
+            best_[i] = std::max(best_[2 * i], best_[2 * i + 1]);
+            count_[i] = count_[2 * i] + count_[2 * i + 1];
+        }
     }
 
     int64_t leaves_ = 1;
     int32_t next_pos_ = 0;
-    std::vector<Node> node_;        // node_[1] is the root; leaves at [leaves_, 2 * leaves_)
+    std::vector<uint64_t> best_;    // largest rank key per node; node 1 is the root
+    std::vector<int32_t> count_;    // items per node; leaves at [leaves_, 2 * leaves_)
     std::vector<int32_t> pos_of_;   // id -> position, or kAbsent
     std::vector<int32_t> item_at_;  // position -> id, or kAbsent
 };

@@ -20,19 +20,22 @@ struct LaruParams {
 void run_laru(const Requests& req, Recorder& rec, Counters& c, int64_t k, const Predictions& pred,
               const LaruParams& params) {
     RecencyTree cache(k, req.n_ids);
-    // O: cached at the phase start and neither requested nor evicted since.
-    std::vector<uint8_t> old(req.n_ids, 0);
+    struct KeyState {
+        // The phase in which the key was last evicted by prediction (0: not since its
+        // reload); bumping the phase number clears the whole record at once.
+        int64_t predicted_out_in = 0;
+        // In O: cached at the phase start and neither requested nor evicted since.
+        bool old = false;
+    };
+    std::vector<KeyState> key(req.n_ids);  // one cache line per key touched
     int64_t old_count = 0;
-    // The phase in which a key was last evicted by prediction (0: not since its reload);
-    // bumping the phase number clears the whole record at once.
-    std::vector<int64_t> predicted_out_in(req.n_ids, 0);
     int64_t& phase = c.phases;
     double& lam = c.lambda;
     int64_t induced_in_phase = 0;
 
     auto leave_old = [&](int32_t id) {
-        if (old[id]) {
-            old[id] = 0;
+        if (key[id].old) {
+            key[id].old = false;
             --old_count;
         }
     };
@@ -47,14 +50,14 @@ void run_laru(const Requests& req, Recorder& rec, Counters& c, int64_t k, const 
         }
         if (cache.size() >= k) {
             if (old_count == 0) {  // a new phase: every cached item becomes old
-                cache.for_each([&](int32_t item) { old[item] = 1; });
+                cache.for_each([&](int32_t item) { key[item].old = true; });
                 old_count = cache.size();
                 lam = 1.0;
                 induced_in_phase = 0;
                 ++phase;
             }
             int32_t victim;
-            if (predicted_out_in[id] == phase) {  // a prediction-induced miss
+            if (key[id].predicted_out_in == phase) {  // a prediction-induced miss
                 victim = cache.oldest();
                 ++c.lru_evictions;
                 ++c.prediction_induced_misses;
@@ -68,7 +71,7 @@ void run_laru(const Requests& req, Recorder& rec, Counters& c, int64_t k, const 
                 } else {
                     c.predict_at_eviction(pred, candidates);
                     victim = cache.largest_among_oldest(candidates);
-                    predicted_out_in[victim] = phase;
+                    key[victim].predicted_out_in = phase;
                     ++c.prediction_evictions;
                 }
             }
@@ -78,7 +81,7 @@ void run_laru(const Requests& req, Recorder& rec, Counters& c, int64_t k, const 
         } else {
             rec.miss(t);
         }
-        predicted_out_in[id] = 0;  // reloaded: its last eviction is no longer by prediction
+        key[id].predicted_out_in = 0;  // reloaded: its last eviction is no longer by prediction
         cache.push_newest(id, pred.rank(t));
     }
     c.predict_on_access(pred, req.n);
