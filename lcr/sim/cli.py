@@ -7,7 +7,7 @@ import math
 from lcr.errors import LcrInputError
 from lcr.predict import PREDICTORS
 from lcr.sim.progress import maybe_progress
-from lcr.sim.sweep import PolicySpec, run_sweep, sweep_size
+from lcr.sim.sweep import ENGINES, PolicySpec, run_sweep, sweep_size
 from lcr.traces import FORMATS, GENERATORS, load_trace
 
 
@@ -56,6 +56,9 @@ def register(subparsers) -> None:
     p.add_argument("--predictor", default="oracle", choices=PREDICTORS)
     p.add_argument("--noise", default="0", help="noise levels for the predictor, e.g. 0,0.1,0.5,1")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--engine", choices=ENGINES, default="auto",
+                   help="python: the spec classes; native: the C++ cores; auto (default): native "
+                        "for every policy that has one (same decisions, much faster)")
     p.add_argument("--json", help="write results as JSON here")
     p.add_argument("--plot", help="write a PNG plot here")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
@@ -76,7 +79,7 @@ def run(args) -> int:
     trace = load_trace(args.trace, args.format, args.limit)
     capacities = parse_capacities(args.cache, trace.distinct_keys)
     bar = maybe_progress(sweep_size(trace, specs, capacities, noises), "lcr sim", args.progress)
-    results = run_sweep(trace, specs, capacities, args.predictor, noises, args.seed, bar)
+    results = run_sweep(trace, specs, capacities, args.predictor, noises, args.seed, bar, args.engine)
     if bar:
         bar.close()
     print(f"# {trace.name}: {len(trace):,} requests, {trace.distinct_keys:,} distinct keys; "

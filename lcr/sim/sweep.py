@@ -5,9 +5,12 @@ from dataclasses import asdict, dataclass, field
 
 from lcr.errors import LcrInputError
 from lcr.policies import POLICIES, make_policy
-from lcr.predict import make_predictor
+from lcr.predict import make_predictions, make_predictor
+from lcr.sim.native import NATIVE_POLICIES, native_replay
 from lcr.sim.runner import Progress, replay
 from lcr.traces import Trace
+
+ENGINES = ("auto", "python", "native")
 
 
 @dataclass(frozen=True)
@@ -67,37 +70,63 @@ class SimResult:
         return asdict(self)
 
 
+def uses_native(spec: PolicySpec, engine: str = "auto") -> bool:
+    """Whether ``engine`` (auto, python or native) replays ``spec`` with its C++ core."""
+    if engine not in ENGINES:
+        raise LcrInputError(f"unknown engine {engine!r}; valid: {', '.join(ENGINES)}")
+    if engine == "native" and spec.name not in NATIVE_POLICIES:
+        raise LcrInputError(f"policy {spec.name!r} has no native engine; native: "
+                            f"{', '.join(sorted(NATIVE_POLICIES))} (use --engine auto or python)")
+    return engine != "python" and spec.name in NATIVE_POLICIES
+
+
 def run_one(trace: Trace, spec: PolicySpec, capacity: int, predictor_name: str = "oracle",
-            noise: float = 0.0, seed: int = 0, progress: Progress | None = None) -> SimResult:
+            noise: float = 0.0, seed: int = 0, progress: Progress | None = None,
+            engine: str = "auto") -> SimResult:
     params = dict(spec.params)
     if spec.name in ("marker", "predictive_marker"):
         params.setdefault("seed", seed)
-    predictor = make_predictor(predictor_name, trace, noise, seed) if spec.uses_predictions else None
+    native = uses_native(spec, engine)
+    predictor = predictions = None
+    if spec.uses_predictions and native:
+        predictions = make_predictions(predictor_name, trace, noise, seed)
+    elif spec.uses_predictions:
+        predictor = make_predictor(predictor_name, trace, noise, seed)
     try:
-        policy = make_policy(spec.name, capacity, predictor=predictor, next_use=trace.next_use, **params)
+        if native:
+            run = native_replay(trace, spec.name, capacity, predictions, **params)
+        else:
+            policy = make_policy(spec.name, capacity, predictor=predictor, next_use=trace.next_use, **params)
     except (TypeError, ValueError) as err:
         raise LcrInputError(f"policy {spec.label!r}: {err}") from None
-    run = replay(trace, policy, predictor, progress=progress)
+    if native:
+        if progress is not None:
+            progress(len(trace))
+    else:
+        run = replay(trace, policy, predictor, progress=progress)
     hits = int(run.hits.sum())
-    return SimResult(trace.name, spec.label, capacity, predictor_name if predictor else None,
-                     noise if predictor else None, len(trace), hits, len(trace) - hits,
+    predicted = spec.uses_predictions
+    return SimResult(trace.name, spec.label, capacity, predictor_name if predicted else None,
+                     noise if predicted else None, len(trace), hits, len(trace) - hits,
                      hits / len(trace), run.seconds, stats=run.stats)
 
 
 def run_sweep(trace: Trace, specs: list[PolicySpec], capacities: list[int], predictor: str = "oracle",
-              noises: list[float] = (0.0,), seed: int = 0, progress: Progress | None = None) -> list[SimResult]:
+              noises: list[float] = (0.0,), seed: int = 0, progress: Progress | None = None,
+              engine: str = "auto") -> list[SimResult]:
     """Every policy at every capacity; predictive ones at every noise level too.
-    Cost ratios are misses / OPT misses at the same capacity (OPT is run if not asked)."""
+    Cost ratios are misses / OPT misses at the same capacity (OPT is run if not asked).
+    ``engine``: ``python`` (the spec), ``native`` (C++ cores) or ``auto`` (native where one exists)."""
     results = []
     opt = PolicySpec("opt")
     for capacity in capacities:
-        baseline = run_one(trace, opt, capacity, progress=progress)
+        baseline = run_one(trace, opt, capacity, progress=progress, engine=engine)
         for spec in specs:
             for noise in (noises if spec.uses_predictions else [None]):
                 if spec == opt:
                     result = baseline
                 else:
-                    result = run_one(trace, spec, capacity, predictor, noise or 0.0, seed, progress)
+                    result = run_one(trace, spec, capacity, predictor, noise or 0.0, seed, progress, engine)
                 result.cost_ratio = result.misses / baseline.misses if baseline.misses else 1.0
                 results.append(result)
     return results
