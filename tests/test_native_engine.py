@@ -1,0 +1,249 @@
+"""The native engine (C++ cores in lcr._native) against the Python spec, decision by decision.
+
+Every comparison replays the same trace and predictions through both engines and
+requires the same hit/miss sequence, the same evicted key at every request and the
+same counters (LARU: the same final lambda too).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import lcr.cli
+from lcr.errors import LcrInputError
+from lcr.policies import make_policy
+from lcr.predict.experimental import ArrayPredictor, lognormal_predictions, oracle_predictions
+from lcr.sim.native import NATIVE_POLICIES, dense_ids, native_replay
+from lcr.sim.runner import replay
+from lcr.sim.sweep import PolicySpec, run_one
+from lcr.traces import Trace, generate, load_trace
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+# (policy, params): every native core, with the parameters that change its decisions.
+VARIANTS = [
+    ("lru", {}),
+    ("opt", {}),
+    ("sieve", {}),
+    ("marker", {"seed": 7}),
+    ("fpb", {}),
+    ("fpb", {"mode": "async"}),
+    ("hf", {}),
+    ("hf", {"window": 32, "mode": "async"}),
+    ("laru", {}),
+    ("laru", {"mode": "async"}),
+    ("laru", {"shrink_every": 3, "b": 1.5}),
+    ("laru", {"mode": "async", "b": 4.0, "shrink_every": 2}),
+]
+
+
+def assert_same_decisions(trace: Trace, name: str, capacity: int, predictions=None, **params):
+    predictor = ArrayPredictor(predictions) if make_policy_uses_predictions(name) else None
+    spec = make_policy(name, capacity, predictor=predictor, next_use=trace.next_use, **params)
+    expected = replay(trace, spec, predictor, record_evictions=True)
+    got = native_replay(trace, name, capacity, predictions, record_evictions=True, **params)
+    where = f"{name} {params} k={capacity} on {trace.name}"
+    mismatch = np.flatnonzero((expected.hits != got.hits) | (expected.evicted != got.evicted))
+    assert mismatch.size == 0, f"{where}: first different decision at request {mismatch[:1]}"
+    stats = dict(got.stats)
+    if name == "laru":
+        assert stats.pop("final_lambda") == spec.lam, where
+    assert stats == expected.stats, where
+    return got
+
+
+def make_policy_uses_predictions(name: str) -> bool:
+    from lcr.policies import POLICIES
+
+    return POLICIES[name].uses_predictions
+
+
+# --- generated traces ----------------------------------------------------------------
+
+# (trace, cache sizes): the Python spec costs O(k) per eviction for FPB, HF and LARU,
+# so the largest caches get the shorter traces.
+WORKLOADS = [
+    ("zipf:requests=6000,keys=1500,alpha=0.9,seed=1", (1, 2, 3, 16, 100)),
+    ("zipf:requests=3000,keys=4000,alpha=0.6,seed=2", (300, 1000)),
+    ("zipf:requests=5000,keys=300,alpha=1.2,seed=3", (1, 7, 64, 299, 300)),
+    ("loop:requests=4000,keys=257", (1, 2, 50, 256, 257)),
+]
+
+
+@pytest.mark.parametrize("workload,capacities", WORKLOADS, ids=[w for w, _ in WORKLOADS])
+@pytest.mark.parametrize("noise", [0.0, 0.3, 1.0])
+def test_generated_traces_oracle_noise(workload, capacities, noise):
+    trace = generate(workload)
+    predictions = oracle_predictions(trace, noise, seed=11)
+    for capacity in capacities:
+        for name, params in VARIANTS:
+            if name == "opt" and noise:  # OPT reads no predictions: one noise level is enough
+                continue
+            assert_same_decisions(trace, name, capacity, predictions, **params)
+
+
+@pytest.mark.parametrize("sigma", [0.5, 2.0])
+def test_lognormal_predictions(sigma):
+    trace = generate("zipf:requests=5000,keys=800,alpha=1.0,seed=4")
+    predictions = lognormal_predictions(trace, sigma, seed=5)
+    for capacity in (2, 40, 200):
+        for name, params in VARIANTS:
+            if make_policy_uses_predictions(name):
+                assert_same_decisions(trace, name, capacity, predictions, **params)
+
+
+def test_laru_shrinks_lambda_and_counts_like_the_spec():
+    # All-flipped oracle predictions make LARU evict exactly the keys it needs next, so
+    # prediction-induced misses shrink lambda: the path worth checking.
+    trace = generate("zipf:requests=8000,keys=400,alpha=0.8,seed=6")
+    predictions = oracle_predictions(trace, 1.0)
+    for shrink_every in (1, 2, 5):
+        got = assert_same_decisions(trace, "laru", 40, predictions, shrink_every=shrink_every)
+        assert got.stats["prediction_induced_misses"] > 0
+        assert got.stats["phases"] > 1
+
+
+def test_long_trace_small_cache_exercises_tree_compaction():
+    # Positions run out every ~k touches: many compactions of the recency tree.
+    trace = generate("zipf:requests=30000,keys=200,alpha=0.7,seed=8")
+    predictions = oracle_predictions(trace, 0.3, seed=9)
+    for name, params in (("laru", {}), ("hf", {"window": 3}), ("fpb", {})):
+        assert_same_decisions(trace, name, 5, predictions, **params)
+
+
+# --- real traces -----------------------------------------------------------------------
+
+REAL_TRACES = ["kv/mooncake_conversation_trace.jsonl", "classic/cloudPhysicsIO.oracleGeneral.bin",
+               "classic/cloudPhysicsIO.csv", "classic/cache2k_web07.trace.xz",
+               "classic/lirs/multi2.trace.gz", "classic/lirs/sprite.trace.gz", "classic/lirs/cpp.trace.gz",
+               "classic/lirs/2_pools.trace.gz", "classic/lirs/loop.trace.gz", "classic/lirs/scan.trace.gz",
+               "embedding/criteo_kaggle_first999.tsv", "moe/router-trace.v2.json"]
+
+
+@pytest.mark.parametrize("relative", REAL_TRACES)
+def test_real_trace_slices(relative):
+    path = DATA / relative
+    if not path.exists():
+        pytest.skip(f"{path} is absent")
+    try:
+        trace = load_trace(str(path), limit=20_000)
+    except LcrInputError as err:
+        pytest.skip(f"the trace reader rejects {relative}: {err}")
+    trace = trace.head(20_000)
+    predictions = oracle_predictions(trace, 0.5, seed=1)
+    capacity = min(64, max(2, trace.distinct_keys // 100))
+    for name, params in VARIANTS:
+        assert_same_decisions(trace, name, capacity, predictions, **params)
+
+
+# --- property tests ----------------------------------------------------------------------
+
+SPECIAL = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, 1.0, 2.5, -3.0]
+prediction_value = st.one_of(st.sampled_from(SPECIAL), st.floats(allow_nan=True, allow_infinity=True),
+                             st.integers(-5, 5).map(float))
+
+
+@st.composite
+def small_cases(draw):
+    n = draw(st.integers(1, 80))
+    alphabet = draw(st.integers(1, 12))
+    keys = draw(st.lists(st.integers(0, alphabet - 1).map(lambda k: k * 1_000_003 - 40), min_size=n, max_size=n))
+    predictions = draw(st.lists(prediction_value, min_size=n, max_size=n))
+    name, params = draw(st.sampled_from(VARIANTS))
+    params = dict(params)
+    if name == "hf":
+        params["window"] = draw(st.integers(1, 6))
+    if name == "laru":
+        params["b"] = draw(st.sampled_from([1.01, 1.5, 2.0, 3.0]))
+        params["shrink_every"] = draw(st.integers(1, 4))
+    if name == "marker":
+        params["seed"] = draw(st.integers(0, 2**64 - 1))
+    capacity = draw(st.integers(1, 10))
+    return Trace(np.array(keys, dtype=np.int64)), np.array(predictions, dtype=np.float64), name, capacity, params
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(small_cases())
+def test_property_same_decisions_on_small_random_traces(case):
+    trace, predictions, name, capacity, params = case
+    assert_same_decisions(trace, name, capacity, predictions, **params)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(-2**63, 2**63 - 1), min_size=1, max_size=200))
+def test_property_dense_ids_number_keys_by_first_appearance(keys):
+    trace = Trace(np.array(keys, dtype=np.int64))
+    ids, distinct = dense_ids(trace)
+    assert np.array_equal(distinct[ids], trace.keys)
+    first = list(dict.fromkeys(keys))
+    assert distinct.tolist() == first
+
+
+# --- engine selection, CLI, errors --------------------------------------------------------
+
+def test_dense_ids_are_recomputed_for_a_new_key_array():
+    trace = generate("zipf:requests=1000,keys=100,seed=1")
+    ids, _ = dense_ids(trace)
+    head = trace.head(10)
+    head_ids, head_keys = dense_ids(head)
+    assert len(head_ids) == 10 and np.array_equal(head_keys[head_ids], head.keys)
+    assert dense_ids(trace)[0] is ids  # cached per trace
+
+
+def test_run_one_engines_agree_and_auto_is_native():
+    trace = generate("zipf:requests=4000,keys=500,alpha=1.0,seed=2")
+    for text in ("lru", "opt", "laru:mode=async", "fpb", "hf:window=8", "marker", "sieve"):
+        spec = PolicySpec.parse(text)
+        python = run_one(trace, spec, 50, noise=0.5, seed=3, engine="python")
+        native = run_one(trace, spec, 50, noise=0.5, seed=3, engine="native")
+        auto = run_one(trace, spec, 50, noise=0.5, seed=3, engine="auto")
+        native.stats.pop("final_lambda", None)
+        auto.stats.pop("final_lambda", None)
+        assert (python.misses, python.stats) == (native.misses, native.stats) == (auto.misses, auto.stats)
+
+
+def test_engine_choice_errors():
+    trace = generate("zipf:requests=500,keys=50,seed=2")
+    with pytest.raises(LcrInputError, match="no native engine"):
+        run_one(trace, PolicySpec.parse("predictive_marker"), 5, engine="native")
+    with pytest.raises(LcrInputError, match="unknown engine"):
+        run_one(trace, PolicySpec.parse("lru"), 5, engine="gpu")
+    with pytest.raises(LcrInputError, match="b > 1"):
+        run_one(trace, PolicySpec.parse("laru:b=1"), 5, engine="native")
+    with pytest.raises(LcrInputError, match="unexpected keyword"):
+        run_one(trace, PolicySpec.parse("hf:foo=1"), 5, engine="native")
+    # Policies without a core still run under auto.
+    assert run_one(trace, PolicySpec.parse("predictive_marker"), 5, engine="auto").misses > 0
+
+
+def test_native_replay_rejects_bad_input():
+    trace = generate("zipf:requests=100,keys=20,seed=2")
+    with pytest.raises(ValueError, match="one per request"):
+        native_replay(trace, "laru", 4, np.zeros(99))
+    with pytest.raises(ValueError, match="needs predictions"):
+        native_replay(trace, "fpb", 4)
+    with pytest.raises(ValueError, match="at least 1"):
+        native_replay(trace, "lru", 0)
+    with pytest.raises(ValueError, match="no native core"):
+        native_replay(trace, "blind_oracle_lru", 4, np.zeros(100))
+    assert NATIVE_POLICIES == {"lru", "opt", "fpb", "hf", "laru", "marker", "sieve"}
+
+
+def test_cli_engines_print_the_same_table(capsys, tmp_path):
+    argv = ["sim", "zipf:requests=5000,keys=800,alpha=0.9", "--cache", "1%,5%",
+            "--policies", "lru,opt,laru,fpb,hf:window=8,sieve,marker", "--noise", "0,1"]
+    tables = {}
+    for engine in ("python", "native", "auto"):
+        out = tmp_path / f"{engine}.json"
+        assert lcr.cli.main([*argv, "--engine", engine, "--json", str(out)]) == 0
+        tables[engine] = capsys.readouterr().out
+        results = json.loads(out.read_text())["results"]
+        assert len(results) == 2 * (4 + 3 * 2)
+    assert tables["python"] == tables["native"] == tables["auto"]
+    with pytest.raises(SystemExit):
+        lcr.cli.main([*argv, "--engine", "fast"])
