@@ -141,7 +141,8 @@ def criteo_key(field: int, value: int) -> int:
 
 
 def read_criteo(path: Path, limit: int | None = None) -> Trace:
-    """Criteo TSV (label, I1..I13, C1..C26): one lookup per non-empty categorical field."""
+    """Criteo TSV (label, I1..I13, C1..C26): one lookup per non-empty categorical field,
+    keyed by (field index, value)."""
     first_cat = 1 + CRITEO_INTEGER_FIELDS
     keys, fields, rows = [], [], 0
     with io.TextIOWrapper(_open_binary(path), encoding="utf-8") as f:
@@ -149,9 +150,10 @@ def read_criteo(path: Path, limit: int | None = None) -> Trace:
             cols = line.rstrip("\n").split("\t")
             if cols == [""]:
                 continue
-            if len(cols) != first_cat + CRITEO_CATEGORICAL_FIELDS:
-                raise LcrInputError(f"expected {first_cat + CRITEO_CATEGORICAL_FIELDS} tab-separated "
-                                    f"fields, got {len(cols)}", source=str(path), line=number)
+            # Exports often drop trailing empty fields: fewer columns means empty ones.
+            if not first_cat <= len(cols) <= first_cat + CRITEO_CATEGORICAL_FIELDS:
+                raise LcrInputError(f"expected {first_cat}..{first_cat + CRITEO_CATEGORICAL_FIELDS} "
+                                    f"tab-separated fields, got {len(cols)}", source=str(path), line=number)
             for field, value in enumerate(cols[first_cat:]):
                 if not value:
                     continue
