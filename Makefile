@@ -23,7 +23,7 @@ $(VENV)/.installed-test: $(VENV)/.installed
 	touch $@
 
 demo: $(VENV)/.installed
-	$(BIN)/lcr sim zipf:requests=200000,keys=20000,alpha=0.9,seed=0 \
+	$(BIN)/lcr sim zipf:requests=100000,keys=10000,alpha=0.9,seed=0 \
 	    --cache 1%,5%,10% --policies lru,opt,fpb,hf,laru --predictor oracle --noise 0,0.5,1 \
 	    --json $(OUT)/zipf.json --plot $(OUT)/zipf.png
 	@if [ -f $(DATA)/classic/cache2k_web07.trace.xz ]; then \

@@ -7,4 +7,5 @@ PYBIND11_MODULE(_native, m) {
     m.doc() = "lcr's C++ engines (CPU)";
     lcr::register_next_use(m);
     lcr::register_checkpoints(m);
+    lcr::register_slab_hash(m);
 }
