@@ -65,7 +65,10 @@ class AsyncPredictor(Predictor):
         with cond:  # held only for a few dict operations: the worker never predicts under it
             self.metrics["submitted"] += len(keys)
             queue = self._pending.setdefault(sink, {})
-            room = self.config.max_pending - self._pending_count if self._busy else len(keys)
+            # An idle worker takes any batch; once a task is triggered, later keys must
+            # fit in the bound.
+            triggered = self._busy or self._pending_count > 0
+            room = max(self.config.max_pending - self._pending_count, 0) if triggered else len(keys)
             for key in keys:
                 if key in queue:
                     queue[key] = now
