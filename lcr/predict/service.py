@@ -11,7 +11,8 @@ Endpoints (binary bodies: see ``lcr.predict.wire``):
 Bad input gets 400 with ``{"detail": message}``; a body over the limit gets 413; a
 missing or wrong bearer token (when one is set) gets 401.
 """
-from __future__ import annotations
+# No `from __future__ import annotations`: FastAPI reads the route annotations, which
+# name classes imported lazily inside create_app.
 
 import hmac
 import time
@@ -32,7 +33,7 @@ def require_service_deps():
     return fastapi, uvicorn
 
 
-def create_app(predictor: LightGBMPredictor | None = None, token: str | None = None,
+def create_app(predictor: "LightGBMPredictor | None" = None, token: "str | None" = None,
                max_body_bytes: int = DEFAULT_MAX_BODY):
     fastapi, _ = require_service_deps()
     from fastapi import Depends, FastAPI, HTTPException, Request
