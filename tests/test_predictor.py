@@ -247,3 +247,15 @@ def test_unknown_predictions_reproduce_lru():
     keys = np.random.default_rng(0).integers(0, 50, 3000).tolist()
     lru, laru = LRU(10), LARU(10, Unknown())
     assert [lru.access(k, t) for t, k in enumerate(keys)] == [laru.access(k, t) for t, k in enumerate(keys)]
+
+
+def test_batch_slot_lookup_matches_the_dict_as_keys_arrive():
+    store = FeatureStore(FeatureConfig(mode="compact"))
+    rng = np.random.default_rng(1)
+    for t, key in enumerate(rng.integers(0, 5000, 3000).tolist()):
+        store.update(key, t)
+        if t % 700 == 0:
+            store.slots(np.arange(100))  # builds (then outdates) the sorted index
+    query = rng.integers(-10, 6000, 500)
+    expected = [store._slot.get(k, -1) for k in query.tolist()]
+    assert store.slots(query).tolist() == expected

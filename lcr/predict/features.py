@@ -25,6 +25,7 @@ import numpy as np
 from lcr.errors import LcrInputError
 
 MODES = ("full", "compact")
+_VECTOR_LOOKUP_MIN = 64  # below this many keys, dict probes beat numpy call overhead
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,9 @@ class FeatureStore:
         self._last_time = np.zeros(initial_keys)
         # Per-time-unit decay of each EDC: after delta units a counter is scaled by decay**delta.
         self._decay = np.exp2(-1.0 / c.half_lives) if c.mode == "full" else None
+        self._index_keys = np.zeros(0, dtype=np.int64)  # sorted keys, for batch lookups
+        self._index_slots = np.zeros(0, dtype=np.int64)
+        self._indexed = 0
         self._layout = _Layout(slice(0, c.n_deltas), slice(c.n_deltas, c.n_deltas + c.n_edcs),
                                c.n_deltas + c.n_edcs, c.n_deltas + c.n_edcs + 1)
 
@@ -153,16 +157,49 @@ class FeatureStore:
         self._slot[key] = slot
         return slot
 
+    def slot_of(self, key: int) -> int:
+        return self._slot[key]
+
     def slots(self, keys: Sequence[int] | np.ndarray) -> np.ndarray:
-        """Row index of each key, -1 for keys never seen."""
+        """Row index of each key, -1 for keys never seen.
+
+        Large batches are looked up in a sorted index with ``searchsorted`` instead of
+        one dict probe per key; the index is rebuilt once enough keys were added after
+        it, and keys added since are found through the dict.
+        """
         get = self._slot.get
-        if isinstance(keys, np.ndarray):
-            keys = keys.tolist()
-        return np.fromiter((get(k, -1) for k in keys), dtype=np.int64, count=len(keys))
+        if len(keys) < _VECTOR_LOOKUP_MIN:
+            if isinstance(keys, np.ndarray):
+                keys = keys.tolist()
+            return np.fromiter((get(k, -1) for k in keys), dtype=np.int64, count=len(keys))
+        keys = np.asarray(keys, dtype=np.int64)
+        if len(self._slot) - self._indexed > max(256, self._indexed // 16):
+            self._build_index()
+        if not self._indexed:
+            return np.fromiter((get(k, -1) for k in keys.tolist()), dtype=np.int64, count=len(keys))
+        pos = np.minimum(np.searchsorted(self._index_keys, keys), self._indexed - 1)
+        found = self._index_keys[pos] == keys
+        out = np.where(found, self._index_slots[pos], -1)
+        if self._indexed < len(self._slot):  # keys added after the index was built
+            for i in np.flatnonzero(~found).tolist():
+                out[i] = get(int(keys[i]), -1)
+        return out
+
+    def _build_index(self) -> None:
+        keys = np.fromiter(self._slot.keys(), dtype=np.int64, count=len(self._slot))
+        slots = np.fromiter(self._slot.values(), dtype=np.int64, count=len(self._slot))
+        order = np.argsort(keys)
+        self._index_keys, self._index_slots = keys[order], slots[order]
+        self._indexed = len(keys)
 
     def rows(self, slots: np.ndarray) -> np.ndarray:
         """Feature rows of known slots (a copy)."""
         return self._rows[slots]
+
+    @property
+    def capacity(self) -> int:
+        """Rows allocated (slots below this are valid indices)."""
+        return len(self._rows)
 
     def last_times(self, slots: np.ndarray) -> np.ndarray:
         return self._last_time[slots]

@@ -102,7 +102,8 @@ class LightGBMPredictor(Predictor):
         self._lock = threading.Lock()  # guards features, history and the prediction memo
         self._trainer: threading.Thread | None = None
         self._since_fit = 0
-        self._memo: dict[int, float] = {}  # key -> predicted interval under the current model
+        # Per-slot predicted interval under the current model; NaN = to be computed.
+        self._memo = np.full(self.features.capacity, np.nan)
         self.metrics = {"observed": 0, "fits": 0, "fits_skipped_busy": 0, "last_fit_seconds": 0.0,
                         "last_fit_samples": 0, "predicted_keys": 0}
 
@@ -111,7 +112,9 @@ class LightGBMPredictor(Predictor):
         with self._lock:
             row = self.features.update(key, t, static)
             self.history.add(key, t, row)
-            self._memo.pop(key, None)
+            slot = self.features.slot_of(key)
+            if slot < len(self._memo):
+                self._memo[slot] = np.nan
         self.metrics["observed"] += 1
         self._since_fit += 1
         if self._since_fit >= self.config.retrain_every and len(self.history) >= self.config.min_samples:
@@ -173,7 +176,7 @@ class LightGBMPredictor(Predictor):
             return
         with self._lock:
             self._model = _Model(booster, columns, self.model_version + 1)
-            self._memo = {}
+            self._memo = np.full(self.features.capacity, np.nan)
         self.metrics["fits"] += 1
         self.metrics["last_fit_seconds"] = time.perf_counter() - start
         self.metrics["last_fit_samples"] = len(y)
@@ -194,25 +197,27 @@ class LightGBMPredictor(Predictor):
             out[known] = last + np.expm1(np.maximum(model.predict_log_interval(rows, self.config.num_threads), 0.0))
         return out
 
-    def _predict_memoised(self, keys, model: _Model, out: np.ndarray) -> np.ndarray:
-        key_list = keys.tolist()
+    def _predict_memoised(self, keys: np.ndarray, model: _Model, out: np.ndarray) -> np.ndarray:
         with self._lock:
-            memo = self._memo
-            intervals = np.fromiter((memo.get(k, math.nan) for k in key_list), np.float64, len(key_list))
-            todo = np.flatnonzero(np.isnan(intervals))
-            known, rows, _ = self.features.batch(keys[todo])
             slots = self.features.slots(keys)
-            valid = slots >= 0
-            last = np.full(len(keys), np.nan)
-            last[valid] = self.features.last_times(slots[valid])
-        if rows.shape[0]:
+            known = np.flatnonzero(slots >= 0)
+            slots = slots[known]
+            if len(self._memo) < self.features.capacity:
+                grown = np.full(self.features.capacity, np.nan)
+                grown[:len(self._memo)] = self._memo
+                self._memo = grown
+            memo = self._memo
+            intervals = memo[slots]
+            stale = np.flatnonzero(np.isnan(intervals))
+            rows = self.features.rows(slots[stale])
+            last = self.features.last_times(slots)
+        if len(stale):
             fresh = np.expm1(np.maximum(model.predict_log_interval(rows, self.config.num_threads), 0.0))
-            fresh_at = todo[known]
-            intervals[fresh_at] = fresh
+            intervals[stale] = fresh
             with self._lock:
-                if self._model is model:  # a newer model may have been swapped in meanwhile
-                    memo.update(zip(keys[fresh_at].tolist(), fresh.tolist()))
-        np.add(last, intervals, out=out)
+                if self._model is model and self._memo is memo:  # no newer model meanwhile
+                    memo[slots[stale]] = fresh
+        out[known] = last + intervals
         return out
 
 
