@@ -5,7 +5,7 @@ from dataclasses import asdict, dataclass, field
 
 from lcr.errors import LcrInputError
 from lcr.policies import POLICIES, make_policy
-from lcr.predict import make_predictor
+from lcr.predict import make_predictor, parse_predictor_name
 from lcr.sim.runner import Progress, replay
 from lcr.traces import Trace
 
@@ -73,11 +73,21 @@ def run_one(trace: Trace, spec: PolicySpec, capacity: int, predictor_name: str =
     if spec.name in ("marker", "predictive_marker"):
         params.setdefault("seed", seed)
     predictor = make_predictor(predictor_name, trace, noise, seed) if spec.uses_predictions else None
+    query_mode = parse_predictor_name(predictor_name)[1]
+    if predictor is not None and query_mode:  # ``lightgbm:async`` picks the policy's mode
+        params.setdefault("mode", query_mode)
     try:
         policy = make_policy(spec.name, capacity, predictor=predictor, next_use=trace.next_use, **params)
     except (TypeError, ValueError) as err:
         raise LcrInputError(f"policy {spec.label!r}: {err}") from None
-    run = replay(trace, policy, predictor, progress=progress)
+    try:
+        run = replay(trace, policy, predictor, progress=progress)
+    finally:
+        close = getattr(predictor, "close", None)
+        if close is not None:
+            close()
+    for name, value in getattr(predictor, "metrics", {}).items():
+        run.stats[f"predictor_{name}"] = value
     hits = int(run.hits.sum())
     return SimResult(trace.name, spec.label, capacity, predictor_name if predictor else None,
                      noise if predictor else None, len(trace), hits, len(trace) - hits,
