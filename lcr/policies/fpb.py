@@ -13,7 +13,7 @@ class FPB(Policy):
 
     def __init__(self, capacity: int, predictor: NextAccessPredictor, mode: str = "sync"):
         super().__init__(capacity)
-        self.recency = RecencyOrder()
+        self.recency = self.resident = RecencyOrder()
         self.table = PredictionTable(predictor, mode, self.stats)
 
     def _access(self, key, t):
@@ -29,12 +29,3 @@ class FPB(Policy):
         self.recency.touch(key)
         self.table.on_access(key, t)
         return hit
-
-    def __contains__(self, key):
-        return key in self.recency
-
-    def __len__(self):
-        return len(self.recency)
-
-    def __iter__(self):
-        return iter(self.recency)

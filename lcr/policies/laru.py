@@ -20,6 +20,7 @@ import math
 from lcr.policies.base import Policy
 from lcr.policies.predictions import NextAccessPredictor, PredictionTable
 from lcr.policies.recency import RecencyOrder
+from lcr.policies.window import choose_in_window
 
 
 def llm_shrink_every(capacity: int) -> int:
@@ -40,7 +41,7 @@ class LARU(Policy):
             raise ValueError(f"laru shrink_every must be at least 1, got {shrink_every}")
         self.b = float(b)
         self.shrink_every = int(shrink_every)
-        self.recency = RecencyOrder()
+        self.recency = self.resident = RecencyOrder()
         self.table = PredictionTable(predictor, mode, self.stats)
         self.lam = 1.0
         self.old: set[int] = set()  # O: items cached at the phase start, not yet requested or evicted
@@ -77,15 +78,9 @@ class LARU(Policy):
             if self._induced_in_phase % self.shrink_every == 0:
                 self.lam /= self.b
         else:
-            candidates = self.recency.oldest(self.window)
-            if len(candidates) == 1:
-                victim = candidates[0]
-                self.stats.lru_evictions += 1
-            else:
-                self.table.before_eviction(candidates, t)
-                victim = self.table.pick_victim(candidates)
+            victim, by_prediction = choose_in_window(self.recency, self.table, self.stats, self.window, t)
+            if by_prediction:
                 self.evicted_by_prediction.add(victim)
-                self.stats.prediction_evictions += 1
         self.old.discard(victim)
         self.recency.remove(victim)
         self.table.forget(victim)
@@ -97,12 +92,3 @@ class LARU(Policy):
         self.evicted_by_prediction.clear()
         self._induced_in_phase = 0
         self.stats.extra["phases"] += 1
-
-    def __contains__(self, key):
-        return key in self.recency
-
-    def __len__(self):
-        return len(self.recency)
-
-    def __iter__(self):
-        return iter(self.recency)
