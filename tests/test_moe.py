@@ -263,3 +263,80 @@ def test_sim_domain_moe_on_the_generator_and_its_errors(tmp_path):
     assert "llru:layers=32,experts=8" in out.stdout and "\t64\t" not in out.stderr
     bad = lcr("sim", "zipf:requests=100", "--domain", "moe")
     assert bad.returncode == 2 and "not a MoE trace" in bad.stderr and bad.stderr.count("\n") == 1
+
+
+# --- ExpertCache ----------------------------------------------------------------------------------
+
+def tiny_moe(torch, layers=4, experts=6, dim=8, hidden=16, seed=0):
+    torch.set_num_threads(1)  # tiny matrices: threads only add contention
+    torch.manual_seed(seed)
+    nn = torch.nn
+    gates = nn.ModuleList(nn.Linear(dim, experts) for _ in range(layers))
+    table = [[nn.Sequential(nn.Linear(dim, hidden), nn.GELU(), nn.Linear(hidden, dim)) for _ in range(experts)]
+             for _ in range(layers)]
+    return gates, table
+
+
+def decode(torch, gates, fetch, tokens, top_k, prefetch=None, routing=None):
+    """Run tokens one at a time through the layers; ``fetch(layer, expert)`` gives the module.
+    Returns the outputs and the routing [token][layer][rank] the gates chose."""
+    outputs, chosen = [], []
+    with torch.no_grad():
+        for token, h in enumerate(tokens):
+            per_layer = []
+            for layer, gate in enumerate(gates):
+                weights, experts = torch.topk(torch.softmax(gate(h), -1), top_k)
+                per_layer.append(experts.tolist())
+                out = sum(w * fetch(layer, e)(h) for w, e in zip(weights, experts.tolist()))
+                if prefetch is not None and layer + 1 < len(gates):
+                    prefetch(layer + 1, routing[token][layer + 1])
+                h = h + out
+            outputs.append(h)
+            chosen.append(per_layer)
+    return torch.stack(outputs), chosen
+
+
+@pytest.mark.parametrize("policy,capacity,top_k,use_prefetch", [
+    ("llru", 5, 2, False), ("llru", 9, 1, False), ("lru", 7, 2, False), ("lru_dist", 8, 2, False),
+    ("marker", 6, 3, False), ("llru", 6, 2, True)])
+def test_expert_cache_matches_the_model_and_the_simulator(policy, capacity, top_k, use_prefetch):
+    torch = pytest.importorskip("torch")
+    from lcr.moe import ExpertCache
+
+    layers, experts = 4, 6
+    gates, table = tiny_moe(torch, layers, experts)
+    tokens = torch.randn(40, 8, generator=torch.Generator().manual_seed(1))
+    expected, routing = decode(torch, gates, lambda layer, e: table[layer][e], tokens, top_k)
+
+    cache = ExpertCache(table, capacity, policy=policy, device="cpu")
+    most = []
+
+    def fetch(layer, expert):
+        module = cache.get(layer, expert)
+        most.append(len(cache))
+        return module
+
+    prefetch = cache.prefetch if use_prefetch else None
+    got, cached_routing = decode(torch, gates, fetch, tokens, top_k, prefetch, routing)
+    assert torch.equal(got, expected) and cached_routing == routing
+    assert max(most) <= capacity and all(p.device.type == "cpu" for p in table[0][0].parameters())
+
+    trace = routing_trace(routing, layers, experts, rounds="native")
+    assert cache.stats.faults == misses(trace, policy, capacity)
+    assert cache.stats.hits + cache.stats.faults == len(trace)
+    if use_prefetch:
+        assert cache.stats.prefetched == (layers - 1) * top_k * len(tokens)
+
+
+def test_expert_cache_holding_everything_only_loads_each_expert_once():
+    torch = pytest.importorskip("torch")
+    from lcr.moe import ExpertCache
+
+    gates, table = tiny_moe(torch, 3, 4)
+    cache = ExpertCache(table, 100, device="cpu")
+    _, routing = decode(torch, gates, cache.get, torch.randn(30, 8), 2)
+    used = {(layer, e) for token in routing for layer, row in enumerate(token) for e in row}
+    assert cache.stats.faults == len(used) and cache.stats.evictions == 0
+    assert cache.resident() == sorted(used)
+    with pytest.raises(IndexError, match=r"expert \(3, 0\) outside 3 layers x 4"):
+        cache.get(3, 0)

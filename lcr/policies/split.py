@@ -3,7 +3,8 @@ its own copy of a flat policy (LRU-Dist, Marker-Dist, OPT-Dist).
 
 Layer L gets floor(k / l) slots, plus one more for the first k mod l layers, so the
 parts add up to k. Serving a page means holding it, so every layer needs a slot: a
-split cache requires k >= l.
+split cache requires k >= l. ``native_rounds`` is accepted like every layered policy's,
+and ignored: a layer's part never sees another layer, so the step clock does not matter.
 """
 from __future__ import annotations
 
@@ -57,7 +58,8 @@ class SplitPolicy(Policy):
 class LRUDist(SplitPolicy):
     name = "lru_dist"
 
-    def __init__(self, capacity: int, layers: int = 1, experts: int | None = None):
+    def __init__(self, capacity: int, layers: int = 1, experts: int | None = None,
+                 native_rounds: bool = False):
         super().__init__(capacity, layers, experts, lambda layer, slots: LRU(slots))
 
 
@@ -66,7 +68,8 @@ class MarkerDist(SplitPolicy):
 
     name = "marker_dist"
 
-    def __init__(self, capacity: int, layers: int = 1, experts: int | None = None, seed: int = 0):
+    def __init__(self, capacity: int, layers: int = 1, experts: int | None = None,
+                 native_rounds: bool = False, seed: int = 0):
         super().__init__(capacity, layers, experts, lambda layer, slots: Marker(slots, seed + layer))
 
 
@@ -77,5 +80,5 @@ class OPTDist(SplitPolicy):
     uses_future = True
 
     def __init__(self, capacity: int, next_use: Sequence[int], layers: int = 1,
-                 experts: int | None = None):
+                 experts: int | None = None, native_rounds: bool = False):
         super().__init__(capacity, layers, experts, lambda layer, slots: OPT(slots, next_use))
