@@ -14,7 +14,6 @@ from lcr.errors import LcrInputError
 from lcr.policies import make_policy
 from lcr.policies.layered import LayeredRecency, LayerShape
 from lcr.policies.split import layer_capacities
-from lcr.predict import make_predictor
 from lcr.sim import PolicySpec, replay, run_one
 from lcr.traces import Trace, generate, read_trace
 from lcr.traces.moe import check_layered, routing_trace, zipf_weights
@@ -32,16 +31,6 @@ def misses(trace: Trace, name: str, capacity: int, noise: float = 0.0) -> int:
         if trace.meta.get("rounds") == "native":
             params["native_rounds"] = 1
     return run_one(trace, PolicySpec(name, tuple(params.items())), capacity, noise=noise).misses
-
-
-def walk(n: int, pages_by_step):
-    """Feed LLRU's order one page per step; returns the order."""
-    order = LayeredRecency(LayerShape(len(pages_by_step[0]), n))
-    for step in pages_by_step:
-        for key in step:
-            order.arrive(key)
-            order.touch(key)
-    return order
 
 
 # --- LLRU -------------------------------------------------------------------------------------
@@ -257,10 +246,14 @@ def test_sim_domain_moe_on_the_real_capture(tmp_path):
         assert rows[("laru_llru", k)]["misses"] == rows[("opt", k)]["misses"]
 
 
-def test_sim_domain_moe_on_the_generator_and_its_errors(tmp_path):
-    out = lcr("sim", "mixtral:tokens=20", "--domain", "moe", "--cache", "25%")
+def test_sim_domain_moe_on_the_generator_with_defaults_and_its_errors():
+    out = lcr("sim", "mixtral:tokens=20", "--domain", "moe")
     assert out.returncode == 0, out.stderr
-    assert "llru:layers=32,experts=8" in out.stdout and "\t64\t" not in out.stderr
+    rows = [line.split() for line in out.stdout.splitlines() if line.startswith("llru:")]
+    assert [row[0] for row in rows] == ["llru:layers=32,experts=8"] * 3
+    assert [int(row[1]) for row in rows] == [64, 128, 192]  # 25/50/75% of 256 experts
+    native = lcr("sim", "mixtral:tokens=10,rounds=native", "--domain", "moe", "--policies", "llru")
+    assert "llru:layers=32,experts=8,native_rounds=1" in native.stdout
     bad = lcr("sim", "zipf:requests=100", "--domain", "moe")
     assert bad.returncode == 2 and "not a MoE trace" in bad.stderr and bad.stderr.count("\n") == 1
 

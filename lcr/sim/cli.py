@@ -54,7 +54,7 @@ def register(subparsers) -> None:
                    help="moe: a MoE routing trace (router capture or the moe/mixtral/llama_moe "
                         "generators); layered policies get layers/experts from it")
     p.add_argument("--cache", help="cache sizes: item counts or %% of distinct keys "
-                                   "(default 1%%,5%%,10%%; moe: 10%%,25%%,50%% of all experts)")
+                                   "(default 1%%,5%%,10%%; moe: 25%%,50%%,75%% of all experts)")
     p.add_argument("--policies", help="comma-separated policy names, each optionally name:param=value,... "
                                       "(separate those with ';'); default lru,opt,fpb,hf,laru "
                                       "(moe: opt,lru,llru,lru_dist,marker,opt_dist)")

@@ -7,7 +7,7 @@ from lcr.traces import Trace
 from lcr.traces.moe import check_layered
 
 DEFAULT_POLICIES = "opt,lru,llru,lru_dist,marker,opt_dist"
-DEFAULT_CACHE = "10%,25%,50%"
+DEFAULT_CACHE = "25%,50%,75%"  # of all experts; split caches need k >= layers
 
 
 def pages(trace: Trace) -> int:
