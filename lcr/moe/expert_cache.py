@@ -56,7 +56,7 @@ class ExpertCache:
         self.experts = len(experts[0]) if self.layers else 0
         if self.layers == 0 or any(len(row) != self.experts for row in experts):
             raise ValueError("experts must be a non-empty [layers][experts] table with equal rows")
-        if not 1 <= capacity:
+        if capacity < 1:
             raise ValueError(f"capacity must be at least 1 expert, got {capacity}")
         self.capacity = min(int(capacity), self.layers * self.experts)
         self.device = torch.device(device if device is not None else
