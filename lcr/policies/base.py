@@ -41,6 +41,8 @@ class Policy(ABC):
     uses_predictions: ClassVar[bool] = False
     #: Whether the constructor takes ``next_use`` (offline policies such as OPT).
     uses_future: ClassVar[bool] = False
+    #: Whether the constructor takes the MoE shape ``layers`` and ``experts`` (layered paging).
+    layered: ClassVar[bool] = False
 
     def __init__(self, capacity: int):
         if int(capacity) < 1:

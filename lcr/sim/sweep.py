@@ -70,7 +70,7 @@ class SimResult:
 def run_one(trace: Trace, spec: PolicySpec, capacity: int, predictor_name: str = "oracle",
             noise: float = 0.0, seed: int = 0, progress: Progress | None = None) -> SimResult:
     params = dict(spec.params)
-    if spec.name in ("marker", "predictive_marker"):
+    if spec.name in ("marker", "predictive_marker", "marker_dist"):
         params.setdefault("seed", seed)
     predictor = make_predictor(predictor_name, trace, noise, seed) if spec.uses_predictions else None
     query_mode = parse_predictor_name(predictor_name)[1]
