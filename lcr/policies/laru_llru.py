@@ -19,7 +19,7 @@ class LaruLLRU(LARU):
     def __init__(self, capacity: int, predictor: NextAccessPredictor, layers: int = 1,
                  experts: int | None = None, native_rounds: bool = False, **laru_params):
         super().__init__(capacity, predictor, **laru_params)
-        self.recency = LayeredRecency(LayerShape(layers, experts), native_rounds)
+        self.recency = self.resident = LayeredRecency(LayerShape(layers, experts), native_rounds)
 
     def _access(self, key, t):
         self.recency.arrive(key)

@@ -25,7 +25,7 @@ class LLRU(Policy):
     def __init__(self, capacity: int, layers: int = 1, experts: int | None = None,
                  native_rounds: bool = False):
         super().__init__(capacity)
-        self.order = LayeredRecency(LayerShape(layers, experts), native_rounds)
+        self.order = self.resident = LayeredRecency(LayerShape(layers, experts), native_rounds)
 
     def _access(self, key, t):
         self.order.arrive(key)
@@ -38,12 +38,3 @@ class LLRU(Policy):
             self.last_evicted = victim
         self.order.touch(key)
         return False
-
-    def __contains__(self, key):
-        return key in self.order
-
-    def __len__(self):
-        return len(self.order)
-
-    def __iter__(self):
-        return iter(self.order)
