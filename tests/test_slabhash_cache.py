@@ -129,7 +129,9 @@ def test_overfull_batch_pins_its_keys_and_bypasses_the_excess(policy):
 
 def test_duplicates_count_once_in_order_of_first_occurrence():
     keys = torch.tensor([5, 3, 5, 9, 3, 1])
-    assert unique_in_order(keys).tolist() == [5, 3, 9, 1]
+    unique, inverse = unique_in_order(keys)
+    assert unique.tolist() == [5, 3, 9, 1]
+    assert unique[inverse].tolist() == keys.tolist()
     cache = SlabHashCache(2, dim=2, policy="lru")
     result = cache.access(keys)
     assert result.keys.tolist() == [5, 3, 9, 1]

@@ -50,8 +50,13 @@ class BatchPlan:
     """What ``find`` learned about a batch: its unique keys and where they are."""
 
     keys: torch.Tensor     # int64 [U], deduplicated in order of first occurrence
+    inverse: torch.Tensor  # int64 [N], position in ``keys`` of each looked-up key
     found: torch.Tensor    # int64 [U], slot or -1
     missing: torch.Tensor  # int64 [M], positions in ``keys`` of the misses
+
+    @property
+    def missing_keys(self) -> torch.Tensor:
+        return self.keys[self.missing]
 
 
 @dataclass
@@ -99,18 +104,23 @@ class _CudaEngine:
                                        self._stream())
 
 
-def unique_in_order(keys: torch.Tensor) -> torch.Tensor:
-    """The distinct values of ``keys`` in order of first occurrence (on keys' device)."""
-    if keys.numel() == 0:
-        return keys.clone()
+def unique_in_order(keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The distinct values of ``keys`` in order of first occurrence, and for each element
+    of ``keys`` the position of its value among them (on keys' device)."""
     if keys.device.type == "cpu":
-        values, first = np.unique(keys.numpy(), return_index=True)
-        return torch.from_numpy(values[np.argsort(first, kind="stable")])
+        values, first, inverse = np.unique(keys.numpy(), return_index=True, return_inverse=True)
+        order = np.argsort(first, kind="stable")
+        rank = np.empty_like(order)
+        rank[order] = np.arange(len(order))
+        return torch.from_numpy(values[order]), torch.from_numpy(rank[inverse.reshape(-1)])
     values, inverse = torch.unique(keys, return_inverse=True)
     positions = torch.arange(keys.numel(), device=keys.device)
     first = torch.full((values.numel(),), keys.numel(), dtype=torch.int64, device=keys.device)
     first.scatter_reduce_(0, inverse, positions, reduce="amin")
-    return values[torch.argsort(first)]
+    order = torch.argsort(first)
+    rank = torch.empty_like(order)
+    rank[order] = torch.arange(order.numel(), device=keys.device)
+    return values[order], rank[inverse]
 
 
 class SlabHashCache:
@@ -140,6 +150,7 @@ class SlabHashCache:
         self._view = self.meta.engine_view(self.num_slabsets, POLICIES.index(policy), hf_window)
         self.clock = 0
         self.hits = self.misses = self.bypassed = 0
+        self.bypassed_last = 0  # keys the latest batch served without caching
 
     @property
     def capacity(self) -> int:
@@ -153,10 +164,10 @@ class SlabHashCache:
     # -- the two steps of a batch ---------------------------------------------------------
     def find(self, keys: torch.Tensor) -> BatchPlan:
         """Deduplicate ``keys`` and locate them. Changes nothing."""
-        keys = unique_in_order(self._keys_tensor(keys))
+        keys, inverse = unique_in_order(self._keys_tensor(keys))
         found = torch.empty_like(keys)
         self.engine.find(self._view, keys, found)
-        return BatchPlan(keys, found, torch.nonzero(found < 0).flatten())
+        return BatchPlan(keys, inverse, found, torch.nonzero(found < 0).flatten())
 
     def commit(self, plan: BatchPlan, miss_rows: torch.Tensor | None = None) -> BatchResult:
         """Refresh hits, insert misses (writing their rows when given) and report decisions.
@@ -178,7 +189,8 @@ class SlabHashCache:
         misses = int(plan.missing.numel())
         self.hits += count - misses
         self.misses += misses
-        self.bypassed += int((~inserted).sum())
+        self.bypassed_last = int((~inserted).sum())
+        self.bypassed += self.bypassed_last
         return BatchResult(plan.keys, slots, evicted, outcome)
 
     def access(self, keys) -> BatchResult:
