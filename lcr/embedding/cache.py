@@ -96,8 +96,26 @@ class _CudaEngine:
         self.cuda.slab_find(view, keys.data_ptr(), keys.numel(), slots.data_ptr(), self._stream())
 
     def commit(self, view, keys, found, clock, slots, evicted):
-        self.cuda.slab_commit(view, keys.data_ptr(), keys.numel(), found.data_ptr(), clock,
-                              slots.data_ptr(), evicted.data_ptr(), self._stream())
+        stream, n = self._stream(), keys.numel()
+        slots.copy_(found)
+        evicted.fill_(-1)
+        self.cuda.slab_refresh_hits(view, found.data_ptr(), n, clock, stream)
+        missing = torch.nonzero(found < 0).flatten()
+        if missing.numel() == 0:
+            return
+        # Group the misses by slabset, keeping batch order inside a group (stable sort),
+        # so that one warp inserts each group in order.
+        miss_keys = keys[missing].contiguous()
+        homes = torch.empty(missing.numel(), dtype=torch.int32, device=keys.device)
+        self.cuda.slabsets_of_device(miss_keys.data_ptr(), miss_keys.numel(), view[7],
+                                     homes.data_ptr(), stream)
+        homes, order = torch.sort(homes, stable=True)
+        members = missing[order].contiguous()
+        _, counts = torch.unique_consecutive(homes, return_counts=True)
+        starts = torch.zeros(counts.numel() + 1, dtype=torch.int64, device=keys.device)
+        torch.cumsum(counts, 0, out=starts[1:])
+        self.cuda.slab_insert_groups(view, keys.data_ptr(), n, members.data_ptr(), starts.data_ptr(),
+                                     counts.numel(), clock, slots.data_ptr(), evicted.data_ptr(), stream)
 
     def set_predictions(self, view, keys, values):
         self.cuda.slab_set_predictions(view, keys.data_ptr(), values.data_ptr(), keys.numel(),
