@@ -147,3 +147,21 @@ def test_sls_on_cuda_equals_embedding_bag(dtype):
         assert got.is_cuda
         torch.testing.assert_close(got.float().cpu(), reference(table, indices, lengths),
                                    **TOLERANCE[dtype])
+
+
+def test_bench_sls_cli_runs_on_cpu_and_writes_results(tmp_path, capsys):
+    from lcr.cli import main
+    out = tmp_path / "sls.json"
+    code = main(["bench", "sls", "--table-rows", "3000", "--dim", "8", "--pooling", "5",
+                 "--batch-sizes", "16", "--cache-ratio", "0.05", "--policies", "lru,laru",
+                 "--predictor", "noisy:0.2", "--batches", "2", "--warmup", "1",
+                 "--json", str(out), "--plot", str(tmp_path / "sls.png")])
+    assert code == 0
+    text = capsys.readouterr().out
+    assert "laru" in text and "reduce ms" in text
+    import json
+    results = json.loads(out.read_text())["results"]
+    assert {r["policy"] for r in results} == {"lru", "laru"}
+    assert all(r["samples_per_s"] > 0 and 0 <= r["hit_ratio"] <= 1 for r in results)
+    assert (tmp_path / "sls.png").stat().st_size > 0
+    assert main(["bench", "sls", "--predictor", "lightgbm"]) == 2
