@@ -26,4 +26,11 @@ LCR_HOST_DEVICE uint32_t slabset_of(int64_t key, uint32_t num_slabsets) {
     return static_cast<uint32_t>(mix64(static_cast<uint64_t>(key)) % num_slabsets);
 }
 
+// A key's bit in a slabset's 8192-bit record of prediction-driven evictions: the top 13
+// bits of the hash, because a slabset's keys share the low bits that chose the slabset.
+constexpr uint32_t kRecordBits = 8192;
+LCR_HOST_DEVICE uint32_t record_bit_of(int64_t key) {
+    return static_cast<uint32_t>(mix64(static_cast<uint64_t>(key)) >> 51);
+}
+
 }  // namespace lcr

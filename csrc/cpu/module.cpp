@@ -8,4 +8,5 @@ PYBIND11_MODULE(_native, m) {
     lcr::register_next_use(m);
     lcr::register_checkpoints(m);
     lcr::register_slab_hash(m);
+    lcr::register_slab_cache(m);
 }

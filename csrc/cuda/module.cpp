@@ -8,6 +8,7 @@
 #include <string>
 
 #include "cuda/kernels.h"
+#include "cuda/registry.h"
 
 namespace py = pybind11;
 
@@ -57,4 +58,5 @@ PYBIND11_MODULE(_cuda, m) {
     m.def("device_count", &device_count, "CUDA devices visible (0 without a GPU or driver).");
     m.def("slabsets_of", &slabsets_of, py::arg("keys"), py::arg("num_slabsets"),
           "The slabset of each key, computed on the GPU.");
+    lcr::register_slab_cache(m);
 }

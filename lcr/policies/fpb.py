@@ -19,7 +19,7 @@ class FPB(Policy):
     def _access(self, key, t):
         hit = key in self.recency
         if not hit and self.full:
-            candidates = list(self.recency)
+            candidates = list(self.recency.evictable())
             self.table.before_eviction(candidates, t)
             victim = self.table.pick_victim(candidates)
             self.recency.remove(victim)

@@ -12,10 +12,15 @@ On a miss into a full cache:
 ``shrink_every`` gives the LLM variant of the paper's Section 5.1: lambda is divided by
 ``b`` once every ``shrink_every`` prediction-induced misses of a phase (the paper uses
 k/32 there, see ``llm_shrink_every``); the default 1 is Algorithm 1 as written.
+
+``record`` replaces the exact set of prediction-evicted keys with any object offering
+``add``, ``discard``, ``clear`` and ``in`` (SlabHash keeps a bitset, see
+``lcr.embedding.reference.BitsetRecord``).
 """
 from __future__ import annotations
 
 import math
+from typing import MutableSet
 
 from lcr.policies.base import Policy
 from lcr.policies.predictions import NextAccessPredictor, PredictionTable
@@ -33,7 +38,7 @@ class LARU(Policy):
     uses_predictions = True
 
     def __init__(self, capacity: int, predictor: NextAccessPredictor, mode: str = "sync",
-                 b: float = 2.0, shrink_every: int = 1):
+                 b: float = 2.0, shrink_every: int = 1, record: MutableSet[int] | None = None):
         super().__init__(capacity)
         if not b > 1:
             raise ValueError(f"laru needs b > 1, got {b}")
@@ -45,7 +50,7 @@ class LARU(Policy):
         self.table = PredictionTable(predictor, mode, self.stats)
         self.lam = 1.0
         self.old: set[int] = set()  # O: items cached at the phase start, not yet requested or evicted
-        self.evicted_by_prediction: set[int] = set()
+        self.evicted_by_prediction: MutableSet[int] = set() if record is None else record
         self._induced_in_phase = 0
         self.stats.extra.update(phases=0, prediction_induced_misses=0)
 
