@@ -6,6 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 DATA   ?= ../shared/data
 OUT    ?= demo-out
+TORCH_VERSION ?= 2.13.0
 NATIVE_SOURCES := $(wildcard csrc/*/*.cpp csrc/*/*.h csrc/*/*.cu csrc/*/*.cuh)
 
 .PHONY: demo test clean
@@ -18,12 +19,15 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml setup.py $(NATIVE_SOURCES)
 	$(BIN)/python -m pip install -q -e .
 	touch $@
 
+# torch is pinned first: on these machines 2.13.0 is a local CPU build, while an unpinned
+# torch would pull the CUDA wheels (gigabytes). On a GPU box, install your own torch first.
 $(VENV)/.installed-test: $(VENV)/.installed
+	$(BIN)/python -m pip install -q torch==$(TORCH_VERSION)
 	$(BIN)/python -m pip install -q -e '.[test]'
 	touch $@
 
 demo: $(VENV)/.installed
-	$(BIN)/lcr sim zipf:requests=200000,keys=20000,alpha=0.9,seed=0 \
+	$(BIN)/lcr sim zipf:requests=100000,keys=10000,alpha=0.9,seed=0 \
 	    --cache 1%,5%,10% --policies lru,opt,fpb,hf,laru --predictor oracle --noise 0,0.5,1 \
 	    --json $(OUT)/zipf.json --plot $(OUT)/zipf.png
 	@if [ -f $(DATA)/classic/cache2k_web07.trace.xz ]; then \

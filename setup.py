@@ -32,6 +32,16 @@ def find_nvcc():
     return nvcc
 
 
+def find_cuda_home(nvcc):
+    """The toolkit root holding include/cuda_runtime.h (nvcc may be a wrapper script)."""
+    candidates = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"),
+                  os.path.dirname(os.path.dirname(os.path.realpath(nvcc))), "/usr/local/cuda"]
+    for root in filter(None, candidates):
+        if os.path.exists(os.path.join(root, "include", "cuda_runtime.h")):
+            return root
+    sys.exit(f"found {nvcc} but no CUDA toolkit with include/cuda_runtime.h; set CUDA_HOME")
+
+
 class BuildWithCuda(build_ext):
     """build_ext that compiles ``.cu`` sources with nvcc and links them into the extension."""
 
@@ -40,7 +50,7 @@ class BuildWithCuda(build_ext):
         if not cu_sources:
             return super().build_extension(ext)
         nvcc = ext.nvcc
-        cuda_home = os.path.dirname(os.path.dirname(os.path.realpath(nvcc)))
+        cuda_home = find_cuda_home(nvcc)
         build_dir = os.path.join(self.build_temp, "cuda")
         os.makedirs(build_dir, exist_ok=True)
         objects = []

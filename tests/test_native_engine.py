@@ -20,7 +20,7 @@ from lcr.policies import make_policy
 from lcr.predict.experimental import ArrayPredictor, lognormal_predictions, oracle_predictions
 from lcr.sim.native import NATIVE_POLICIES, dense_ids, native_replay
 from lcr.sim.runner import replay
-from lcr.sim.sweep import PolicySpec, run_one
+from lcr.sim.sweep import PolicySpec, run_one, uses_native
 from lcr.traces import Trace, generate, load_trace
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -217,6 +217,11 @@ def test_engine_choice_errors():
         run_one(trace, PolicySpec.parse("laru:b=1"), 5, engine="native")
     with pytest.raises(LcrInputError, match="unexpected keyword"):
         run_one(trace, PolicySpec.parse("hf:foo=1"), 5, engine="native")
+    with pytest.raises(LcrInputError, match="runs in Python"):
+        run_one(trace, PolicySpec.parse("laru"), 5, predictor_name="lightgbm", engine="native")
+    assert not uses_native(PolicySpec.parse("laru"), "auto", "lightgbm:async")
+    assert uses_native(PolicySpec.parse("lru"), "auto", "lightgbm")  # reads no predictions
+    assert uses_native(PolicySpec.parse("hf"), "auto", "oracle:async")
     # Policies without a core still run under auto.
     assert run_one(trace, PolicySpec.parse("predictive_marker"), 5, engine="auto").misses > 0
 

@@ -7,6 +7,8 @@ PYBIND11_MODULE(_native, m) {
     m.doc() = "lcr's C++ engines (CPU)";
     lcr::register_next_use(m);
     lcr::register_checkpoints(m);
+    lcr::register_slab_hash(m);
+    lcr::register_slab_cache(m);
     lcr::register_dense_ids(m);
     lcr::register_sim_lru(m);
     lcr::register_sim_opt(m);

@@ -13,14 +13,18 @@ from lcr.policies.blind_oracle_lru import BlindOracleLRU
 from lcr.policies.fpb import FPB
 from lcr.policies.hf import HF
 from lcr.policies.laru import LARU, llm_shrink_every
+from lcr.policies.laru_llru import LaruLLRU
+from lcr.policies.llru import LLRU
 from lcr.policies.lru import LRU
 from lcr.policies.marker import Marker
 from lcr.policies.opt import OPT
 from lcr.policies.predictions import NextAccessPredictor, PredictionTable
 from lcr.policies.predictive_marker import PredictiveMarker
 from lcr.policies.sieve import Sieve
+from lcr.policies.split import LRUDist, MarkerDist, OPTDist
 
-_ALL = (LRU, OPT, FPB, HF, LARU, Marker, PredictiveMarker, BlindOracleLRU, Sieve)
+_ALL = (LRU, OPT, FPB, HF, LARU, Marker, PredictiveMarker, BlindOracleLRU, Sieve,
+        LLRU, LRUDist, MarkerDist, OPTDist, LaruLLRU)
 POLICIES: dict[str, type[Policy]] = {cls.name: cls for cls in _ALL}
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import ClassVar, Iterator
+from typing import ClassVar, Collection, Iterator
 
 
 @dataclass
@@ -41,6 +41,8 @@ class Policy(ABC):
     uses_predictions: ClassVar[bool] = False
     #: Whether the constructor takes ``next_use`` (offline policies such as OPT).
     uses_future: ClassVar[bool] = False
+    #: Whether the constructor takes the MoE shape ``layers`` and ``experts`` (layered paging).
+    layered: ClassVar[bool] = False
 
     def __init__(self, capacity: int):
         if int(capacity) < 1:
@@ -66,15 +68,18 @@ class Policy(ABC):
     def _access(self, key: int, t: int) -> bool:
         """Serve one request; set ``last_evicted`` when evicting."""
 
-    @abstractmethod
-    def __contains__(self, key: int) -> bool: ...
+    #: The container of cached keys (a RecencyOrder, a dict, ...), set by each policy;
+    #: membership, size and iteration (in the policy's own order) come from it.
+    resident: Collection[int]
 
-    @abstractmethod
-    def __len__(self) -> int: ...
+    def __contains__(self, key: int) -> bool:
+        return key in self.resident
 
-    @abstractmethod
+    def __len__(self) -> int:
+        return len(self.resident)
+
     def __iter__(self) -> Iterator[int]:
-        """The cached keys (order is the policy's own)."""
+        return iter(self.resident)
 
     @property
     def full(self) -> bool:

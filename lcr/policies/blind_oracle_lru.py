@@ -25,7 +25,7 @@ class BlindOracleLRU(Policy):
         self.blind = FPB(capacity, predictor, mode)
         self.lru = LRU(capacity)
         self.following: Policy = self.blind
-        self.recency = RecencyOrder()
+        self.recency = self.resident = RecencyOrder()
         self.stats.extra["switches"] = 0
 
     def _access(self, key, t):
@@ -49,12 +49,3 @@ class BlindOracleLRU(Policy):
                 self.stats.lru_evictions += 1
         self.recency.touch(key)
         return hit
-
-    def __contains__(self, key):
-        return key in self.recency
-
-    def __len__(self):
-        return len(self.recency)
-
-    def __iter__(self):
-        return iter(self.recency)

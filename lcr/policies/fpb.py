@@ -13,13 +13,13 @@ class FPB(Policy):
 
     def __init__(self, capacity: int, predictor: NextAccessPredictor, mode: str = "sync"):
         super().__init__(capacity)
-        self.recency = RecencyOrder()
+        self.recency = self.resident = RecencyOrder()
         self.table = PredictionTable(predictor, mode, self.stats)
 
     def _access(self, key, t):
         hit = key in self.recency
         if not hit and self.full:
-            candidates = list(self.recency)
+            candidates = list(self.recency.evictable())
             self.table.before_eviction(candidates, t)
             victim = self.table.pick_victim(candidates)
             self.recency.remove(victim)
@@ -29,12 +29,3 @@ class FPB(Policy):
         self.recency.touch(key)
         self.table.on_access(key, t)
         return hit
-
-    def __contains__(self, key):
-        return key in self.recency
-
-    def __len__(self):
-        return len(self.recency)
-
-    def __iter__(self):
-        return iter(self.recency)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from lcr.policies.base import Policy
 from lcr.policies.predictions import NextAccessPredictor, PredictionTable
 from lcr.policies.recency import RecencyOrder
+from lcr.policies.window import choose_in_window
 
 
 class HF(Policy):
@@ -17,32 +18,16 @@ class HF(Policy):
         if window < 1:
             raise ValueError(f"hf window must be at least 1, got {window}")
         self.window = window
-        self.recency = RecencyOrder()
+        self.recency = self.resident = RecencyOrder()
         self.table = PredictionTable(predictor, mode, self.stats)
 
     def _access(self, key, t):
         hit = key in self.recency
         if not hit and self.full:
-            candidates = self.recency.oldest(self.window)
-            if len(candidates) == 1:
-                victim = candidates[0]
-                self.stats.lru_evictions += 1
-            else:
-                self.table.before_eviction(candidates, t)
-                victim = self.table.pick_victim(candidates)
-                self.stats.prediction_evictions += 1
+            victim, _ = choose_in_window(self.recency, self.table, self.stats, self.window, t)
             self.recency.remove(victim)
             self.table.forget(victim)
             self.last_evicted = victim
         self.recency.touch(key)
         self.table.on_access(key, t)
         return hit
-
-    def __contains__(self, key):
-        return key in self.recency
-
-    def __len__(self):
-        return len(self.recency)
-
-    def __iter__(self):
-        return iter(self.recency)

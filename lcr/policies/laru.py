@@ -12,14 +12,20 @@ On a miss into a full cache:
 ``shrink_every`` gives the LLM variant of the paper's Section 5.1: lambda is divided by
 ``b`` once every ``shrink_every`` prediction-induced misses of a phase (the paper uses
 k/32 there, see ``llm_shrink_every``); the default 1 is Algorithm 1 as written.
+
+``record`` replaces the exact set of prediction-evicted keys with any object offering
+``add``, ``discard``, ``clear`` and ``in`` (SlabHash keeps a bitset, see
+``lcr.embedding.reference.BitsetRecord``).
 """
 from __future__ import annotations
 
 import math
+from typing import MutableSet
 
 from lcr.policies.base import Policy
 from lcr.policies.predictions import NextAccessPredictor, PredictionTable
 from lcr.policies.recency import RecencyOrder
+from lcr.policies.window import choose_in_window
 
 
 def llm_shrink_every(capacity: int) -> int:
@@ -32,7 +38,7 @@ class LARU(Policy):
     uses_predictions = True
 
     def __init__(self, capacity: int, predictor: NextAccessPredictor, mode: str = "sync",
-                 b: float = 2.0, shrink_every: int = 1):
+                 b: float = 2.0, shrink_every: int = 1, record: MutableSet[int] | None = None):
         super().__init__(capacity)
         if not b > 1:
             raise ValueError(f"laru needs b > 1, got {b}")
@@ -40,11 +46,11 @@ class LARU(Policy):
             raise ValueError(f"laru shrink_every must be at least 1, got {shrink_every}")
         self.b = float(b)
         self.shrink_every = int(shrink_every)
-        self.recency = RecencyOrder()
+        self.recency = self.resident = RecencyOrder()
         self.table = PredictionTable(predictor, mode, self.stats)
         self.lam = 1.0
         self.old: set[int] = set()  # O: items cached at the phase start, not yet requested or evicted
-        self.evicted_by_prediction: set[int] = set()
+        self.evicted_by_prediction: MutableSet[int] = set() if record is None else record
         self._induced_in_phase = 0
         self.stats.extra.update(phases=0, prediction_induced_misses=0)
 
@@ -77,15 +83,9 @@ class LARU(Policy):
             if self._induced_in_phase % self.shrink_every == 0:
                 self.lam /= self.b
         else:
-            candidates = self.recency.oldest(self.window)
-            if len(candidates) == 1:
-                victim = candidates[0]
-                self.stats.lru_evictions += 1
-            else:
-                self.table.before_eviction(candidates, t)
-                victim = self.table.pick_victim(candidates)
+            victim, by_prediction = choose_in_window(self.recency, self.table, self.stats, self.window, t)
+            if by_prediction:
                 self.evicted_by_prediction.add(victim)
-                self.stats.prediction_evictions += 1
         self.old.discard(victim)
         self.recency.remove(victim)
         self.table.forget(victim)
@@ -97,12 +97,3 @@ class LARU(Policy):
         self.evicted_by_prediction.clear()
         self._induced_in_phase = 0
         self.stats.extra["phases"] += 1
-
-    def __contains__(self, key):
-        return key in self.recency
-
-    def __len__(self):
-        return len(self.recency)
-
-    def __iter__(self):
-        return iter(self.recency)

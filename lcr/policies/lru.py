@@ -10,7 +10,7 @@ class LRU(Policy):
 
     def __init__(self, capacity: int):
         super().__init__(capacity)
-        self.recency = RecencyOrder()
+        self.recency = self.resident = RecencyOrder()
 
     def _access(self, key, t):
         if key in self.recency:
@@ -23,12 +23,3 @@ class LRU(Policy):
             self.stats.lru_evictions += 1
         self.recency.touch(key)
         return False
-
-    def __contains__(self, key):
-        return key in self.recency
-
-    def __len__(self):
-        return len(self.recency)
-
-    def __iter__(self):
-        return iter(self.recency)

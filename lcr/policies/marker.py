@@ -15,7 +15,7 @@ class Marker(Policy):
 
     def __init__(self, capacity: int, seed: int = 0):
         super().__init__(capacity)
-        self.cache = MarkedCache(capacity)
+        self.cache = self.resident = MarkedCache(capacity)
         self.rng = SplitMix64(seed)
 
     def _access(self, key, t):
@@ -31,12 +31,3 @@ class Marker(Policy):
         else:
             self.cache.add(key)
         return False
-
-    def __contains__(self, key):
-        return key in self.cache
-
-    def __len__(self):
-        return len(self.cache)
-
-    def __iter__(self):
-        return iter(self.cache)

@@ -20,6 +20,7 @@ class OPT(Policy):
         super().__init__(capacity)
         self.next_use = next_use
         self._cached: dict[int, tuple[int, int]] = {}  # key -> (next use, last access)
+        self.resident = self._cached
         # Max-heap on next use (ties: oldest access first), with stale entries skipped lazily.
         self._heap: list[tuple[int, int, int]] = []
 
@@ -38,12 +39,3 @@ class OPT(Policy):
             if self._cached.get(key) == (-neg_next, last):
                 del self._cached[key]
                 return key
-
-    def __contains__(self, key):
-        return key in self._cached
-
-    def __len__(self):
-        return len(self._cached)
-
-    def __iter__(self):
-        return iter(self._cached)

@@ -6,7 +6,9 @@ predictors (oracle, noisy, LightGBM, a remote service) live in ``lcr.predict``.
 Two ways of keeping P fresh (paper Section 3.4):
 - ``sync``: just before an eviction, the candidates are predicted in one call.
 - ``async``: each requested key is predicted at access time; evictions read P as is.
-  (In the simulator the call returns at once; a real async predictor writes P later.)
+  A predictor with a ``submit(keys, now, sink)`` method (``lcr.predict.AsyncPredictor``)
+  gets the keys without the caller waiting and writes P later through ``update``;
+  any other predictor is simply called at access time.
 
 Ranking rule for eviction (documented in docs/policies.md): a larger predicted
 next-access time means "evict first". A key with no prediction, or a NaN
@@ -57,14 +59,24 @@ class PredictionTable:
         get, inf = self._predicted.get, math.inf
         return max(candidates, key=lambda key: get(key, inf))
 
+    def update(self, key: int, value: float) -> None:
+        """Set P(key); async workers call this from their own thread."""
+        value = float(value)
+        self._predicted[key] = math.inf if math.isnan(value) else value
+
+    def update_many(self, keys: Sequence[int], values: Sequence[float]) -> None:
+        for key, value in zip(keys, values):
+            self.update(key, value)
+
     def forget(self, key: int) -> None:
         self._predicted.pop(key, None)
 
     def _refresh(self, keys: Sequence[int], t: int) -> None:
         keys = list(keys)
-        values = self.predictor.predict(keys, t)
         self._stats.predictor_calls += 1
         self._stats.predicted_keys += len(keys)
-        for key, value in zip(keys, values):
-            value = float(value)
-            self._predicted[key] = math.inf if math.isnan(value) else value
+        submit = getattr(self.predictor, "submit", None) if self.mode == "async" else None
+        if submit is not None:
+            submit(keys, t, self.update_many)
+        else:
+            self.update_many(keys, self.predictor.predict(keys, t))

@@ -27,7 +27,7 @@ class PredictiveMarker(Policy):
     def __init__(self, capacity: int, predictor: NextAccessPredictor, mode: str = "sync",
                  seed: int = 0):
         super().__init__(capacity)
-        self.cache = MarkedCache(capacity)
+        self.cache = self.resident = MarkedCache(capacity)
         self.table = PredictionTable(predictor, mode, self.stats)
         self.rng = SplitMix64(seed)
         self.chain_limit = harmonic(capacity)
@@ -66,12 +66,3 @@ class PredictiveMarker(Policy):
             self.stats.prediction_evictions += 1
             return self.table.pick_victim(unmarked)
         return unmarked[self.rng.below(len(unmarked))]
-
-    def __contains__(self, key):
-        return key in self.cache
-
-    def __len__(self):
-        return len(self.cache)
-
-    def __iter__(self):
-        return iter(self.cache)

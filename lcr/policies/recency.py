@@ -1,4 +1,9 @@
-"""The recency (LRU) order that LRU, HF, LARU and FPB keep: oldest first."""
+"""The recency (LRU) order that LRU, HF, LARU and FPB keep: oldest first.
+
+``pinned`` is a hook for batched cache engines (``lcr.embedding.reference``): keys in it
+stay cached but are never offered for eviction. Empty by default, so the policies'
+decisions are those of the paper unless an engine pins something.
+"""
 from __future__ import annotations
 
 from collections import OrderedDict
@@ -9,6 +14,7 @@ from typing import Iterator
 class RecencyOrder:
     def __init__(self):
         self._order: OrderedDict[int, None] = OrderedDict()
+        self.pinned: set[int] = set()
 
     def touch(self, key: int) -> None:
         """Make ``key`` the most recently used (inserting it if absent)."""
@@ -19,8 +25,14 @@ class RecencyOrder:
         del self._order[key]
 
     def oldest(self, count: int = 1) -> list[int]:
-        """The ``count`` least recently used keys, oldest first."""
-        return list(islice(self._order, count))
+        """The ``count`` least recently used evictable keys, oldest first."""
+        return list(islice(self.evictable(), count))
+
+    def evictable(self) -> Iterator[int]:
+        """The keys eviction may pick (all but the pinned ones), oldest first."""
+        if not self.pinned:
+            return iter(self._order)
+        return (key for key in self._order if key not in self.pinned)
 
     def __contains__(self, key: int) -> bool:
         return key in self._order

@@ -16,6 +16,7 @@ class Sieve(Policy):
     def __init__(self, capacity: int):
         super().__init__(capacity)
         self.visited: dict[int, bool] = {}
+        self.resident = self.visited
         # A doubly linked queue: newer[key] is the key inserted after it (towards the head).
         self.newer: dict[int, int | None] = {}
         self.older: dict[int, int | None] = {}
@@ -61,12 +62,3 @@ class Sieve(Policy):
             self.older[newer] = older
         else:
             self.head = older
-
-    def __contains__(self, key):
-        return key in self.visited
-
-    def __len__(self):
-        return len(self.visited)
-
-    def __iter__(self):
-        return iter(self.visited)

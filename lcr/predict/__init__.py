@@ -1,5 +1,10 @@
-"""Next-access predictors: the interface, experiment predictors, and the registry the
-simulator and caches pick from by name."""
+"""Next-access predictors: the interface, experiment predictors, the online LightGBM
+model, and the registry the simulator and caches pick from by name.
+
+Registry names: the experiment predictors (``oracle``, ``lognormal``, ``constant``),
+and ``lightgbm``, ``lightgbm-compact``, ``lightgbm-weak``, each optionally suffixed
+``:sync`` or ``:async`` to choose how the policies query it.
+"""
 from __future__ import annotations
 
 import numpy as np
@@ -10,20 +15,50 @@ from lcr.predict.experimental import (EXPERIMENTAL, ArrayPredictor, oracle_predi
                                       true_next_times)
 from lcr.traces import Trace
 
-PREDICTORS = tuple(EXPERIMENTAL)
+#: Online-trained models; the LightGBM import itself waits until one is built.
+LEARNED = ("lightgbm", "lightgbm-compact", "lightgbm-weak")
+QUERY_MODES = ("sync", "async")
+PREDICTORS = (*EXPERIMENTAL, *(f"{base}{suffix}" for base in LEARNED
+                              for suffix in ("", ":sync", ":async")))
 
 
-def make_predictions(name: str, trace: Trace, noise: float = 0.0, seed: int = 0) -> np.ndarray:
-    """The prediction made at every request of ``trace`` (what the native engine reads)."""
-    if name not in EXPERIMENTAL:
+def parse_predictor_name(name: str) -> tuple[str, str | None]:
+    """``lightgbm:async`` -> ``("lightgbm", "async")``; no suffix -> mode None."""
+    base, _, mode = name.partition(":")
+    if base not in EXPERIMENTAL and base not in LEARNED or (mode and mode not in QUERY_MODES):
         raise LcrInputError(f"unknown predictor {name!r}; valid: {', '.join(PREDICTORS)}")
-    return EXPERIMENTAL[name](trace, noise, seed)
+    return base, mode or None
+
+
+def make_predictions(name: str, trace: Trace, noise: float = 0.0, seed: int = 0) -> np.ndarray | None:
+    """The prediction made at every request of ``trace`` (what the native engine reads),
+    or None for a learned predictor, whose answers depend on the replay itself."""
+    base, _ = parse_predictor_name(name)
+    return EXPERIMENTAL[base](trace, noise, seed) if base in EXPERIMENTAL else None
 
 
 def make_predictor(name: str, trace: Trace, noise: float = 0.0, seed: int = 0) -> Predictor:
     """A fresh predictor for one replay of ``trace``."""
-    return ArrayPredictor(make_predictions(name, trace, noise, seed), name=f"{name}(noise={noise:g})")
+    base, mode = parse_predictor_name(name)
+    if base in EXPERIMENTAL:
+        return ArrayPredictor(make_predictions(name, trace, noise, seed), name=f"{base}(noise={noise:g})")
+    if noise:
+        raise LcrInputError(f"predictor {name!r} learns from the trace; --noise applies only to "
+                            f"{', '.join(EXPERIMENTAL)}")
+    return make_learned_predictor(base, mode, seed)
 
 
-__all__ = ["Predictor", "ArrayPredictor", "PREDICTORS", "make_predictor", "make_predictions", "oracle_predictions",
-           "true_next_times"]
+def make_learned_predictor(base: str, mode: str | None, seed: int = 0) -> Predictor:
+    from lcr.predict.async_predictor import AsyncPredictor
+    from lcr.predict.features import FeatureConfig
+    from lcr.predict.lightgbm_model import LightGBMConfig, LightGBMPredictor
+
+    # Fits run inline in the simulator so that a replay is reproducible.
+    config = LightGBMConfig(seed=seed, background=False, weak=base == "lightgbm-weak",
+                            features=FeatureConfig(mode="compact" if base == "lightgbm-compact" else "full"))
+    model = LightGBMPredictor(config)
+    return AsyncPredictor(model) if mode == "async" else model
+
+
+__all__ = ["Predictor", "ArrayPredictor", "PREDICTORS", "LEARNED", "make_predictor", "make_predictions",
+           "parse_predictor_name", "oracle_predictions", "true_next_times"]

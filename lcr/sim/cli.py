@@ -6,6 +6,7 @@ import math
 
 from lcr.errors import LcrInputError
 from lcr.predict import PREDICTORS
+from lcr.sim import moe as moe_sim
 from lcr.sim.progress import maybe_progress
 from lcr.sim.sweep import ENGINES, PolicySpec, run_sweep, sweep_size
 from lcr.traces import FORMATS, GENERATORS, load_trace
@@ -49,10 +50,14 @@ def register(subparsers) -> None:
                                  f"zipf:requests=100000,alpha=1.0 (generators: {', '.join(GENERATORS)})")
     p.add_argument("--format", choices=sorted(FORMATS), help="trace format (default: from the extension)")
     p.add_argument("--limit", type=int, help="replay only the first N requests")
-    p.add_argument("--cache", default="1%,5%,10%", help="cache sizes: item counts or %% of distinct keys")
-    p.add_argument("--policies", default="lru,opt,fpb,hf,laru",
-                   help="comma-separated policy names, each optionally name:param=value,... "
-                        "(separate those with ';')")
+    p.add_argument("--domain", choices=("cache", "moe"), default="cache",
+                   help="moe: a MoE routing trace (router capture or the moe/mixtral/llama_moe "
+                        "generators); layered policies get layers/experts from it")
+    p.add_argument("--cache", help="cache sizes: item counts or %% of distinct keys "
+                                   "(default 1%%,5%%,10%%; moe: 25%%,50%%,75%% of all experts)")
+    p.add_argument("--policies", help="comma-separated policy names, each optionally name:param=value,... "
+                                      "(separate those with ';'); default lru,opt,fpb,hf,laru "
+                                      "(moe: opt,lru,llru,lru_dist,marker,opt_dist)")
     p.add_argument("--predictor", default="oracle", choices=PREDICTORS)
     p.add_argument("--noise", default="0", help="noise levels for the predictor, e.g. 0,0.1,0.5,1")
     p.add_argument("--seed", type=int, default=0)
@@ -72,12 +77,21 @@ def split_policies(text: str) -> list[str]:
 
 
 def run(args) -> int:
+    moe = args.domain == "moe"
+    if args.policies is None:
+        args.policies = moe_sim.DEFAULT_POLICIES if moe else "lru,opt,fpb,hf,laru"
+    if args.cache is None:
+        args.cache = moe_sim.DEFAULT_CACHE if moe else "1%,5%,10%"
     specs = [PolicySpec.parse(item) for item in split_policies(args.policies)]
     noises = parse_noises(args.noise)
     if args.limit is not None and args.limit < 1:
         raise LcrInputError("--limit must be at least 1")
     trace = load_trace(args.trace, args.format, args.limit)
-    capacities = parse_capacities(args.cache, trace.distinct_keys)
+    if moe:
+        specs = moe_sim.prepare(trace, specs)
+    # MoE cache sizes are shares of all the model's experts, seen or not.
+    universe = moe_sim.pages(trace) if moe else trace.distinct_keys
+    capacities = parse_capacities(args.cache, universe)
     bar = maybe_progress(sweep_size(trace, specs, capacities, noises), "lcr sim", args.progress)
     results = run_sweep(trace, specs, capacities, args.predictor, noises, args.seed, bar, args.engine)
     if bar:

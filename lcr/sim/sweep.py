@@ -5,7 +5,7 @@ from dataclasses import asdict, dataclass, field
 
 from lcr.errors import LcrInputError
 from lcr.policies import POLICIES, make_policy
-from lcr.predict import make_predictions, make_predictor
+from lcr.predict import EXPERIMENTAL, make_predictions, make_predictor, parse_predictor_name
 from lcr.sim.native import NATIVE_POLICIES, native_replay
 from lcr.sim.runner import Progress, replay
 from lcr.traces import Trace
@@ -70,45 +70,63 @@ class SimResult:
         return asdict(self)
 
 
-def uses_native(spec: PolicySpec, engine: str = "auto") -> bool:
-    """Whether ``engine`` (auto, python or native) replays ``spec`` with its C++ core."""
+def uses_native(spec: PolicySpec, engine: str = "auto", predictor_name: str = "oracle") -> bool:
+    """Whether ``engine`` (auto, python or native) replays ``spec`` with its C++ core. The
+    cores read predictions as an array, which learned predictors do not have."""
     if engine not in ENGINES:
         raise LcrInputError(f"unknown engine {engine!r}; valid: {', '.join(ENGINES)}")
-    if engine == "native" and spec.name not in NATIVE_POLICIES:
-        raise LcrInputError(f"policy {spec.name!r} has no native engine; native: "
-                            f"{', '.join(sorted(NATIVE_POLICIES))} (use --engine auto or python)")
-    return engine != "python" and spec.name in NATIVE_POLICIES
+    array_predictions = parse_predictor_name(predictor_name)[0] in EXPERIMENTAL
+    native = spec.name in NATIVE_POLICIES and (array_predictions or not spec.uses_predictions)
+    if engine == "native" and not native:
+        why = (f"policy {spec.name!r} has no native engine; native: {', '.join(sorted(NATIVE_POLICIES))}"
+               if spec.name not in NATIVE_POLICIES else
+               f"predictor {predictor_name!r} runs in Python; the native engine takes {', '.join(EXPERIMENTAL)}")
+        raise LcrInputError(f"{why} (use --engine auto or python)")
+    return engine != "python" and native
 
 
 def run_one(trace: Trace, spec: PolicySpec, capacity: int, predictor_name: str = "oracle",
             noise: float = 0.0, seed: int = 0, progress: Progress | None = None,
             engine: str = "auto") -> SimResult:
     params = dict(spec.params)
-    if spec.name in ("marker", "predictive_marker"):
+    if spec.name in ("marker", "predictive_marker", "marker_dist"):
         params.setdefault("seed", seed)
-    native = uses_native(spec, engine)
-    predictor = predictions = None
-    if spec.uses_predictions and native:
-        predictions = make_predictions(predictor_name, trace, noise, seed)
-    elif spec.uses_predictions:
-        predictor = make_predictor(predictor_name, trace, noise, seed)
-    try:
-        if native:
+    query_mode = parse_predictor_name(predictor_name)[1]
+    if spec.uses_predictions and query_mode:  # ``lightgbm:async`` picks the policy's mode
+        params.setdefault("mode", query_mode)
+    if uses_native(spec, engine, predictor_name):
+        predictions = make_predictions(predictor_name, trace, noise, seed) if spec.uses_predictions else None
+        try:
             run = native_replay(trace, spec.name, capacity, predictions, **params)
-        else:
-            policy = make_policy(spec.name, capacity, predictor=predictor, next_use=trace.next_use, **params)
-    except (TypeError, ValueError) as err:
-        raise LcrInputError(f"policy {spec.label!r}: {err}") from None
-    if native:
+        except (TypeError, ValueError) as err:
+            raise LcrInputError(f"policy {spec.label!r}: {err}") from None
         if progress is not None:
             progress(len(trace))
     else:
-        run = replay(trace, policy, predictor, progress=progress)
+        run = _replay_python(trace, spec, capacity, predictor_name, noise, seed, params, progress)
     hits = int(run.hits.sum())
     predicted = spec.uses_predictions
     return SimResult(trace.name, spec.label, capacity, predictor_name if predicted else None,
                      noise if predicted else None, len(trace), hits, len(trace) - hits,
                      hits / len(trace), run.seconds, stats=run.stats)
+
+
+def _replay_python(trace: Trace, spec: PolicySpec, capacity: int, predictor_name: str, noise: float,
+                   seed: int, params: dict, progress: Progress | None):
+    predictor = make_predictor(predictor_name, trace, noise, seed) if spec.uses_predictions else None
+    try:
+        policy = make_policy(spec.name, capacity, predictor=predictor, next_use=trace.next_use, **params)
+    except (TypeError, ValueError) as err:
+        raise LcrInputError(f"policy {spec.label!r}: {err}") from None
+    try:
+        run = replay(trace, policy, predictor, progress=progress)
+    finally:
+        close = getattr(predictor, "close", None)
+        if close is not None:
+            close()
+    for name, value in getattr(predictor, "metrics", {}).items():
+        run.stats[f"predictor_{name}"] = value
+    return run
 
 
 def run_sweep(trace: Trace, specs: list[PolicySpec], capacities: list[int], predictor: str = "oracle",

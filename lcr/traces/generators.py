@@ -11,6 +11,7 @@ from typing import Callable
 import numpy as np
 
 from lcr.errors import LcrInputError
+from lcr.traces.moe import llama_moe, mixtral, moe
 from lcr.traces.trace import Trace
 
 BLOCK_TOKENS = 512
@@ -140,6 +141,7 @@ def aibrix(sessions: int = 1_000, system_prompts: int = 8, system_tokens: int = 
 
 GENERATORS: dict[str, Callable[..., Trace]] = {
     "zipf": zipf, "loop": loop, "scan": scan, "online_qa": online_qa, "aibrix": aibrix,
+    "moe": moe, "mixtral": mixtral, "llama_moe": llama_moe,
 }
 
 

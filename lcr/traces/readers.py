@@ -18,6 +18,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from lcr.errors import LcrInputError
+from lcr.traces.moe import routing_trace
 from lcr.traces.trace import Trace
 
 _OPENERS = {".gz": gzip.open, ".xz": lzma.open, ".bz2": bz2.open}
@@ -141,7 +142,8 @@ def criteo_key(field: int, value: int) -> int:
 
 
 def read_criteo(path: Path, limit: int | None = None) -> Trace:
-    """Criteo TSV (label, I1..I13, C1..C26): one lookup per non-empty categorical field."""
+    """Criteo TSV (label, I1..I13, C1..C26): one lookup per non-empty categorical field,
+    keyed by (field index, value)."""
     first_cat = 1 + CRITEO_INTEGER_FIELDS
     keys, fields, rows = [], [], 0
     with io.TextIOWrapper(_open_binary(path), encoding="utf-8") as f:
@@ -149,9 +151,10 @@ def read_criteo(path: Path, limit: int | None = None) -> Trace:
             cols = line.rstrip("\n").split("\t")
             if cols == [""]:
                 continue
-            if len(cols) != first_cat + CRITEO_CATEGORICAL_FIELDS:
-                raise LcrInputError(f"expected {first_cat + CRITEO_CATEGORICAL_FIELDS} tab-separated "
-                                    f"fields, got {len(cols)}", source=str(path), line=number)
+            # Exports often drop trailing empty fields: fewer columns means empty ones.
+            if not first_cat <= len(cols) <= first_cat + CRITEO_CATEGORICAL_FIELDS:
+                raise LcrInputError(f"expected {first_cat}..{first_cat + CRITEO_CATEGORICAL_FIELDS} "
+                                    f"tab-separated fields, got {len(cols)}", source=str(path), line=number)
             for field, value in enumerate(cols[first_cat:]):
                 if not value:
                     continue
@@ -181,20 +184,7 @@ def read_moe_router(path: Path, limit: int | None = None) -> Trace:
     except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
         raise LcrInputError(f"not a router trace (needs expertsPerLayer, layers, selections): {err}",
                             source=str(path)) from None
-    keys = []
-    for token, per_layer in enumerate(selections[:limit]):
-        if len(per_layer) != layers:
-            raise LcrInputError(f"token {token}: {len(per_layer)} layers, expected {layers}",
-                                source=str(path))
-        for rank in range(len(per_layer[0])):
-            for layer, chosen in enumerate(per_layer):
-                expert = int(chosen[rank])
-                if not 0 <= expert < experts:
-                    raise LcrInputError(f"token {token} layer {layer}: expert {expert} out of range",
-                                        source=str(path))
-                keys.append(layer * experts + expert)
-    return Trace(np.array(keys, dtype=np.int64), path.name,
-                 meta={"layers": layers, "experts": experts, "tokens": len(selections[:limit])})
+    return routing_trace(selections[:limit], layers, experts, "split", name=path.name, source=str(path))
 
 
 Reader = Callable[..., Trace]

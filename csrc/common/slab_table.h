@@ -1,0 +1,33 @@
+// The SlabHashCache metadata layout shared by the CPU engine and the CUDA kernels.
+// The arrays are torch tensors owned by lcr.embedding.cache; engines get raw pointers.
+// Semantics (the spec is lcr.embedding.reference): docs/embedding.md.
+#pragma once
+#include <cstdint>
+
+#include "common/slab_hash.h"
+
+namespace lcr {
+
+constexpr int kSlabSlots = 32;                        // one slab: a warp's width
+constexpr int kSlabsetSlots = 2 * kSlabSlots;         // two slabs per slabset
+constexpr int kRecordWords = kRecordBits / 64;        // LARU record: 8192 bits
+constexpr int kMaxLambdaShift = 7;                    // 64 >> 7 == 0: the window is 1 from here on
+constexpr int64_t kEmptyKey = -1;                     // keys are non-negative row ids
+
+enum SlabPolicy : int32_t { kLru = 0, kFpb = 1, kHf = 2, kLaru = 3 };
+
+// Non-owning view of one cache's metadata. Slot s of slabset j is index j * 64 + s.
+struct SlabTable {
+    int64_t* keys;           // [slots] row id, kEmptyKey when free
+    int64_t* stamps;         // [slots] recency stamp; >= the batch's clock means "pinned"
+    double* predictions;     // [slots] predicted next-access time, +inf when unknown
+    uint8_t* old;            // [slots] LARU phase bit: cached at the phase start, not requested since
+    int32_t* lambda_shift;   // [slabsets] LARU lambda = 2^-shift
+    int32_t* old_count;      // [slabsets] LARU: slots whose phase bit is set
+    uint64_t* record;        // [slabsets * 128] LARU: keys evicted by prediction this phase
+    uint32_t num_slabsets;
+    int32_t policy;          // SlabPolicy
+    int32_t hf_window;
+};
+
+}  // namespace lcr

@@ -1,0 +1,173 @@
+// CPU engine of SlabHashCache: the batch semantics of lcr.embedding.reference, one
+// slabset at a time. Tensors come in as raw data pointers (see lcr/embedding/cache.py).
+#include <pybind11/pybind11.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "common/slab_table.h"
+#include "common/slab_table_py.h"
+#include "cpu/registry.h"
+
+namespace py = pybind11;
+
+namespace lcr {
+namespace {
+
+constexpr double kUnknown = std::numeric_limits<double>::infinity();
+
+int64_t find_slot(const SlabTable& t, int64_t key) {
+    const int64_t base = int64_t(slabset_of(key, t.num_slabsets)) * kSlabsetSlots;
+    for (int s = 0; s < kSlabsetSlots; ++s) {
+        if (t.keys[base + s] == key) return base + s;
+    }
+    return -1;
+}
+
+// One slabset's view during an insertion: its evictable slots, oldest first.
+struct Slabset {
+    const SlabTable& t;
+    uint32_t index;
+    int64_t base;
+    int64_t order[kSlabsetSlots];
+    int evictable = 0;
+
+    Slabset(const SlabTable& table, uint32_t j) : t(table), index(j), base(int64_t(j) * kSlabsetSlots) {}
+
+    int64_t free_slot() const {
+        for (int s = 0; s < kSlabsetSlots; ++s) {
+            if (t.keys[base + s] == kEmptyKey) return base + s;
+        }
+        return -1;
+    }
+
+    // Slots not touched by the current batch (stamp < clock), by stamp (stamps are unique).
+    void sort_evictable(int64_t clock) {
+        evictable = 0;
+        for (int s = 0; s < kSlabsetSlots; ++s) {
+            if (t.stamps[base + s] < clock) order[evictable++] = base + s;
+        }
+        std::sort(order, order + evictable, [&](int64_t a, int64_t b) { return t.stamps[a] < t.stamps[b]; });
+    }
+
+    // The largest prediction among the `count` oldest evictable slots; the oldest on ties.
+    int64_t predicted_victim(int count) const {
+        int64_t best = order[0];
+        for (int i = 1; i < count; ++i) {
+            if (t.predictions[order[i]] > t.predictions[best]) best = order[i];
+        }
+        return best;
+    }
+
+    uint64_t* record() const { return t.record + int64_t(index) * kRecordWords; }
+
+    void start_phase() {
+        for (int s = 0; s < kSlabsetSlots; ++s) t.old[base + s] = 1;
+        t.old_count[index] = kSlabsetSlots;
+        t.lambda_shift[index] = 0;
+        std::fill(record(), record() + kRecordWords, 0);
+    }
+
+    int64_t laru_victim(int64_t key) {
+        if (t.old_count[index] == 0) start_phase();
+        const uint32_t bit = record_bit_of(key);
+        if (record()[bit / 64] >> (bit % 64) & 1) {  // a miss this phase's predictions caused
+            t.lambda_shift[index] = std::min(t.lambda_shift[index] + 1, kMaxLambdaShift);
+            return order[0];
+        }
+        const int window = std::max(kSlabsetSlots >> t.lambda_shift[index], 1);
+        const int count = std::min(window, evictable);
+        if (count == 1) return order[0];
+        const int64_t victim = predicted_victim(count);
+        const uint32_t victim_bit = record_bit_of(t.keys[victim]);
+        record()[victim_bit / 64] |= uint64_t(1) << (victim_bit % 64);
+        return victim;
+    }
+
+    // The slot to evict for `key`, or -1 when every slot is pinned by the batch.
+    int64_t victim_for(int64_t key, int64_t clock) {
+        sort_evictable(clock);
+        if (evictable == 0) return -1;
+        switch (t.policy) {
+            case kLru: return order[0];
+            case kFpb: return predicted_victim(evictable);
+            case kHf: return predicted_victim(std::min(t.hf_window, evictable));
+            default: return laru_victim(key);
+        }
+    }
+};
+
+void slab_find(const py::tuple& view, uintptr_t keys_ptr, int64_t n, uintptr_t slots_ptr) {
+    const SlabTable t = slab_table_from(view);
+    const int64_t* keys = data_at<int64_t>(keys_ptr);
+    int64_t* slots = data_at<int64_t>(slots_ptr);
+    py::gil_scoped_release release;
+    for (int64_t i = 0; i < n; ++i) slots[i] = find_slot(t, keys[i]);
+}
+
+// keys: the batch's deduplicated keys; found: slab_find's answer for them. Writes the
+// slot serving each key (-1: bypassed) and the key each insertion evicted (-1: none).
+void slab_commit(const py::tuple& view, uintptr_t keys_ptr, int64_t n, uintptr_t found_ptr, int64_t clock,
+                 uintptr_t slots_ptr, uintptr_t evicted_ptr) {
+    const SlabTable t = slab_table_from(view);
+    const int64_t* keys = data_at<int64_t>(keys_ptr);
+    const int64_t* found = data_at<int64_t>(found_ptr);
+    int64_t* slots = data_at<int64_t>(slots_ptr);
+    int64_t* evicted = data_at<int64_t>(evicted_ptr);
+    py::gil_scoped_release release;
+    for (int64_t i = 0; i < n; ++i) {
+        evicted[i] = kEmptyKey;
+        slots[i] = found[i];
+        if (found[i] < 0) continue;
+        t.stamps[found[i]] = clock + i;
+        if (t.old[found[i]]) {
+            t.old[found[i]] = 0;
+            t.old_count[found[i] / kSlabsetSlots] -= 1;
+        }
+    }
+    for (int64_t i = 0; i < n; ++i) {
+        if (found[i] >= 0) continue;
+        Slabset set(t, slabset_of(keys[i], t.num_slabsets));
+        int64_t slot = set.free_slot();
+        if (slot < 0) {
+            slot = set.victim_for(keys[i], clock);
+            if (slot < 0) continue;  // bypassed: served from the store only
+            evicted[i] = t.keys[slot];
+            if (t.old[slot]) {
+                t.old[slot] = 0;
+                t.old_count[set.index] -= 1;
+            }
+        }
+        t.keys[slot] = keys[i];
+        t.stamps[slot] = clock + n + i;
+        t.predictions[slot] = kUnknown;
+        slots[i] = slot;
+    }
+}
+
+void slab_set_predictions(const py::tuple& view, uintptr_t keys_ptr, uintptr_t values_ptr, int64_t n) {
+    const SlabTable t = slab_table_from(view);
+    const int64_t* keys = data_at<int64_t>(keys_ptr);
+    const double* values = data_at<double>(values_ptr);
+    py::gil_scoped_release release;
+    for (int64_t i = 0; i < n; ++i) {
+        const int64_t slot = find_slot(t, keys[i]);
+        if (slot >= 0) t.predictions[slot] = std::isnan(values[i]) ? kUnknown : values[i];
+    }
+}
+
+}  // namespace
+
+void register_slab_cache(py::module_& m) {
+    m.def("slab_find", &slab_find, py::arg("table"), py::arg("keys"), py::arg("n"), py::arg("slots"),
+          "Slot of each key (-1: absent). Reads only.");
+    m.def("slab_commit", &slab_commit, py::arg("table"), py::arg("keys"), py::arg("n"), py::arg("found"),
+          py::arg("clock"), py::arg("slots"), py::arg("evicted"),
+          "Refresh the batch's hits, then insert its misses per slabset in batch order.");
+    m.def("slab_set_predictions", &slab_set_predictions, py::arg("table"), py::arg("keys"), py::arg("values"),
+          py::arg("n"), "Store predicted next-access times of cached keys (NaN: unknown).");
+}
+
+}  // namespace lcr

@@ -1,0 +1,143 @@
+"""`lcr bench sls`: SparseLengthsSum latency through SlabHashCache (paper Figure 9)."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+from lcr.errors import LcrInputError
+
+POLICIES = ("lru", "fpb", "hf", "laru")
+
+
+def _list(text: str, kind, flag: str) -> list:
+    try:
+        values = [kind(item) for item in text.split(",") if item.strip()]
+    except ValueError:
+        raise LcrInputError(f"{flag}: {text!r} is not a comma-separated list of {kind.__name__}") from None
+    if not values:
+        raise LcrInputError(f"{flag}: give at least one value")
+    return values
+
+
+def parse_predictor(text: str) -> tuple[str, float]:
+    """``oracle``, ``noisy:P`` (oracle with a fraction P inverted) or ``lightgbm``."""
+    if text == "oracle":
+        return "oracle", 0.0
+    if text.startswith("noisy:"):
+        try:
+            noise = float(text.split(":", 1)[1])
+        except ValueError:
+            noise = -1.0
+        if not 0 <= noise <= 1:
+            raise LcrInputError(f"--predictor: {text!r}: noisy:P needs 0 <= P <= 1")
+        return "noisy", noise
+    if text == "lightgbm":
+        raise LcrInputError("--predictor lightgbm: the LightGBM predictor is not part of this build "
+                            "yet; use oracle or noisy:P")
+    raise LcrInputError(f"--predictor: {text!r}; valid: oracle, noisy:P, lightgbm")
+
+
+def register(subparsers) -> None:
+    bench = subparsers.add_parser("bench", help="benchmarks of lcr's engines")
+    kinds = bench.add_subparsers(dest="bench", required=True)
+    p = kinds.add_parser(
+        "sls", help="SparseLengthsSum latency through SlabHashCache per policy",
+        description="Average SLS latency per batch, hit ratio, samples/s and the stage "
+                    "breakdown (query, fetch, insert, reduce) for each policy, cache ratio "
+                    "and batch size.")
+    p.add_argument("--trace", default="zipf",
+                   help="zipf, zipf:alpha=A, or a trace file (keys mapped onto dense row ids)")
+    p.add_argument("--table-rows", type=int, default=100_000, help="rows of a synthetic table")
+    p.add_argument("--dim", type=int, default=128)
+    p.add_argument("--dtype", choices=("float32", "float16"), default="float32")
+    p.add_argument("--pooling", type=int, default=50, help="lookups per sample")
+    p.add_argument("--batch-sizes", default="128,512,2048")
+    p.add_argument("--cache-ratio", default="0.01,0.02,0.03",
+                   help="cache slots as a fraction of the distinct keys")
+    p.add_argument("--policies", default=",".join(POLICIES))
+    p.add_argument("--predictor", default="oracle", help="oracle, noisy:P or lightgbm")
+    p.add_argument("--store", default="host", help="host, or a redis URL (redis://..., unix://...)")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--batches", type=int, default=10, help="timed batches per configuration")
+    p.add_argument("--warmup", type=int, default=3, help="untimed batches first")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", help="write the results as JSON here")
+    p.add_argument("--plot", help="write a Figure-9-style PNG here")
+    p.set_defaults(func=run)
+
+
+def load_workload(args):
+    import numpy as np
+
+    from lcr.embedding.bench import SlsWorkload
+    from lcr.traces import generate, load_trace
+
+    batch_max = max(_list(args.batch_sizes, int, "--batch-sizes"))
+    needed = (args.warmup + args.batches) * batch_max * args.pooling
+    if args.trace == "zipf" or args.trace.startswith("zipf:"):
+        params = dict(item.split("=", 1) for item in args.trace[5:].split(",") if "=" in item)
+        params.setdefault("alpha", "1.05")
+        spec = (f"zipf:requests={needed},keys={args.table_rows},alpha={params['alpha']},"
+                f"seed={args.seed}")
+        lookups = generate(spec).keys
+        rows = args.table_rows
+    else:
+        _, lookups = np.unique(load_trace(args.trace).keys, return_inverse=True)
+        rows = int(lookups.max()) + 1
+    lookups = np.ascontiguousarray(lookups, dtype=np.int64)
+    return SlsWorkload(lookups, rows, int(len(np.unique(lookups))), args.pooling)
+
+
+def make_store(args, rows: int):
+    import numpy as np
+    import torch
+
+    from lcr.embedding.stores import HostStore, RedisStore
+
+    table = np.random.default_rng(args.seed).standard_normal((rows, args.dim), dtype=np.float32)
+    table = table.astype(args.dtype)
+    if args.store == "host":
+        return HostStore(torch.from_numpy(table))
+    if args.store.startswith(("redis://", "rediss://", "unix://")):
+        store = RedisStore(args.store, args.dim, args.dtype)
+        store.load(table)
+        return store
+    raise LcrInputError(f"--store: {args.store!r}; valid: host or a redis URL")
+
+
+def run(args: argparse.Namespace) -> int:
+    policies = _list(args.policies, str, "--policies")
+    unknown = set(policies) - set(POLICIES)
+    if unknown:
+        raise LcrInputError(f"--policies: unknown {', '.join(sorted(unknown))}; valid: {', '.join(POLICIES)}")
+    ratios = _list(args.cache_ratio, float, "--cache-ratio")
+    sizes = _list(args.batch_sizes, int, "--batch-sizes")
+    predictor, noise = parse_predictor(args.predictor)
+    if args.device == "cuda":
+        from lcr.cuda import gpu_available
+        if not gpu_available():
+            raise LcrInputError("--device cuda: no CUDA GPU (or lcr was built without nvcc)")
+
+    from lcr.embedding.bench import format_table, plot_latency, run_sls_bench
+    from lcr.predict.experimental import oracle_predictions
+    from lcr.traces import Trace
+
+    workload = load_workload(args)
+    store = make_store(args, workload.rows)
+    predictions = oracle_predictions(Trace(workload.lookups), noise, args.seed)
+    print(f"lcr bench sls: {len(workload.lookups)} lookups over {workload.distinct} distinct rows, "
+          f"dim {args.dim} {args.dtype}, pooling {args.pooling}, store {args.store}, "
+          f"device {args.device}, predictor {args.predictor}", flush=True)
+    results = run_sls_bench(workload, store, policies=policies, cache_ratios=ratios, batch_sizes=sizes,
+                            dim=args.dim, dtype=args.dtype, device=args.device,
+                            predictions=predictions, warmup=args.warmup, batches=args.batches)
+    print(format_table(results))
+    if args.json:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+        with open(args.json, "w") as f:
+            json.dump({"args": {k: v for k, v in vars(args).items() if k != "func"},
+                       "results": [r.as_dict() for r in results]}, f, indent=1)
+    if args.plot:
+        plot_latency(results, args.plot, title=f"SLS via SlabHashCache ({args.device}, {args.predictor})")
+    return 0

@@ -1,0 +1,174 @@
+"""The pure-Python batch reference of SlabHashCache: the spec both engines must equal.
+
+A SlabHash cache is ``num_slabsets`` independent caches of 64 slots; a key lives only in
+slabset ``slabset_of(key)``, and each slabset runs one spec policy (``lcr.policies``)
+of capacity 64. Lookups arrive in batches, served with these semantics:
+
+1. keys are deduplicated, keeping the order of first occurrence;
+2. every hit is refreshed first (in batch order), then
+3. the misses are inserted, per slabset, in batch order;
+4. nothing hit or inserted by the current batch is evicted by it: those keys are pinned
+   in their slabset's recency order (``RecencyOrder.pinned``), which excludes them
+   from every policy's eviction candidates;
+5. a miss whose slabset is full of pinned keys is *bypassed*: served from the backing
+   store without being cached, and unseen by the slabset's policy.
+
+Recency: hit ``i`` (position in the deduplicated batch) gets stamp ``clock + i``, miss
+``i`` gets ``clock + U + i``, and the clock then advances by ``2U``. The spec policies
+see the same order because hits are touched before misses. The batch's keys are thus
+always the most recent ones of their slabset, which is what lets the engines test
+"pinned" as ``stamp >= clock``.
+
+Predictions are slot metadata: ``set_predictions`` (called after a batch by whatever
+predicts) stores a value for keys that are cached; an inserted key starts unknown
+(+inf, ranked by recency), an evicted key loses its value. The spec policies run in
+``sync`` mode against ``SlotPredictions``, which answers from that metadata.
+
+LARU's record of prediction-driven evictions is SlabHash's 8192-bit bitset
+(``BitsetRecord``), so the reference makes the same approximate decisions as the engines.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+from lcr.embedding.hashing import record_bit_of, slabset_of
+from lcr.policies import FPB, HF, LARU, LRU, Policy
+
+SLABSET_SLOTS = 64  # 2 slabs x 32 slots
+POLICIES = ("lru", "fpb", "hf", "laru")
+HF_WINDOW = 4  # the spec's default window
+LARU_B = 2.0  # the paper's b for k = 64
+
+# Outcome of one deduplicated key in a batch.
+HIT, INSERTED, BYPASSED = 0, 1, 2
+NO_KEY = -1  # "no eviction"; cached keys are non-negative row ids
+
+
+class BitsetRecord:
+    """LARU's record of prediction-evicted keys as an 8192-bit bitset (``record_bit_of``).
+
+    Membership is approximate with false positives only: a key reads as recorded when
+    another key sharing its bit was evicted by prediction in this phase, or when the key
+    itself was, then came back and left again by recency. ``discard`` keeps the bit,
+    since clearing it would also forget the keys that share it. A false positive makes
+    LARU evict by LRU once and shrink lambda, a choice that keeps its robustness bound.
+    """
+
+    def __init__(self) -> None:
+        self.bits = 0
+
+    def add(self, key: int) -> None:
+        self.bits |= 1 << record_bit_of(key)
+
+    def discard(self, key: int) -> None:
+        pass
+
+    def clear(self) -> None:
+        self.bits = 0
+
+    def __contains__(self, key: object) -> bool:
+        return bool(self.bits >> record_bit_of(int(key)) & 1)
+
+    def __len__(self) -> int:
+        return bin(self.bits).count("1")
+
+
+
+class SlotPredictions:
+    """The predicted next-access time stored with each cached key (absent: unknown)."""
+
+    def __init__(self) -> None:
+        self.values: dict[int, float] = {}
+
+    def predict(self, keys: Sequence[int], now: int) -> list[float]:
+        get, nan = self.values.get, math.nan
+        return [get(key, nan) for key in keys]
+
+
+def make_slabset_policy(name: str, predictions: SlotPredictions, hf_window: int = HF_WINDOW) -> Policy:
+    if name == "lru":
+        return LRU(SLABSET_SLOTS)
+    if name == "fpb":
+        return FPB(SLABSET_SLOTS, predictions, mode="sync")
+    if name == "hf":
+        return HF(SLABSET_SLOTS, predictions, mode="sync", window=hf_window)
+    if name == "laru":
+        return LARU(SLABSET_SLOTS, predictions, mode="sync", b=LARU_B, record=BitsetRecord())
+    raise ValueError(f"unknown slabset policy {name!r}; valid: {', '.join(POLICIES)}")
+
+
+@dataclass
+class BatchOutcome:
+    """Per deduplicated key, in batch order: what happened and which key it evicted."""
+
+    keys: list[int] = field(default_factory=list)
+    outcome: list[int] = field(default_factory=list)  # HIT, INSERTED or BYPASSED
+    evicted: list[int] = field(default_factory=list)  # NO_KEY unless an insert evicted
+
+    @property
+    def hits(self) -> int:
+        return self.outcome.count(HIT)
+
+
+class SlabsetReference:
+    """``num_slabsets`` spec policies of 64 slots, served batch by batch."""
+
+    def __init__(self, num_slabsets: int, policy: str, hf_window: int = HF_WINDOW):
+        if num_slabsets < 1:
+            raise ValueError(f"num_slabsets must be at least 1, got {num_slabsets}")
+        self.num_slabsets = num_slabsets
+        self.policy = policy
+        self.predictions = SlotPredictions()
+        self.slabsets = [make_slabset_policy(policy, self.predictions, hf_window)
+                         for _ in range(num_slabsets)]
+        self.clock = 0
+
+    def access(self, keys: Iterable[int]) -> BatchOutcome:
+        unique = list(dict.fromkeys(int(k) for k in keys))
+        if any(k < 0 for k in unique):
+            raise ValueError("keys must be non-negative row ids")
+        start, count = self.clock, len(unique)
+        homes = [self.slabsets[slabset_of(k, self.num_slabsets)] for k in unique]
+        out = BatchOutcome(keys=unique, outcome=[HIT] * count, evicted=[NO_KEY] * count)
+        for i, (key, home) in enumerate(zip(unique, homes)):
+            if key in home:
+                home.recency.pinned.add(key)
+                home.access(key, start + i)
+            else:
+                out.outcome[i] = INSERTED
+        stored = self.predictions.values
+        for i, (key, home) in enumerate(zip(unique, homes)):
+            if out.outcome[i] != INSERTED:
+                continue
+            if home.full and len(home.recency.pinned) >= len(home):
+                out.outcome[i] = BYPASSED
+                continue
+            home.access(key, start + count + i)
+            home.recency.pinned.add(key)
+            stored.pop(key, None)  # a fresh slot knows nothing yet
+            if home.last_evicted is not None:
+                out.evicted[i] = home.last_evicted
+                stored.pop(home.last_evicted, None)
+        for home in homes:
+            home.recency.pinned.clear()
+        self.clock = start + 2 * count
+        return out
+
+    def set_predictions(self, keys: Sequence[int], values: Sequence[float]) -> None:
+        """Store predicted next-access times for the keys that are cached (NaN: unknown)."""
+        for key, value in zip(keys, values):
+            key = int(key)
+            if key in self.slabsets[slabset_of(key, self.num_slabsets)]:
+                value = float(value)
+                if math.isnan(value):
+                    self.predictions.values.pop(key, None)
+                else:
+                    self.predictions.values[key] = value
+
+    def __contains__(self, key: int) -> bool:
+        return key in self.slabsets[slabset_of(int(key), self.num_slabsets)]
+
+    def cached_keys(self) -> set[int]:
+        return {key for slabset in self.slabsets for key in slabset}

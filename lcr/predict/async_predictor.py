@@ -1,0 +1,149 @@
+"""AsyncPredictor: predictions off the access path.
+
+The cache hands keys over with ``submit(keys, now, sink)`` and returns at once; a
+single background worker calls the wrapped predictor and passes the results to
+``sink(keys, values)``, which writes them into the cache's prediction table.
+
+Trigger rule (paper Section 4.1): a prediction task starts only when the previous one
+has finished, and at most once per ``min_interval_s``. Keys handed over while a task
+runs wait in a bounded pending set (``max_pending`` keys, duplicates merged) and go
+out with the next task; beyond the bound they are dropped and counted. With
+``max_pending=0`` keys arriving during a task are simply skipped, as in the paper.
+Nothing on the caller's side ever waits for the worker.
+
+``predict`` is the sync path: it calls the wrapped predictor directly and blocks.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+
+from lcr.predict.base import Predictor
+
+log = logging.getLogger(__name__)
+
+#: Receives a finished task's keys and their predicted next-access times.
+Sink = Callable[[Sequence[int], Sequence[float]], None]
+
+
+@dataclass(frozen=True)
+class AsyncConfig:
+    max_pending: int = 65_536
+    min_interval_s: float = 0.0
+    max_batch: int = 65_536
+
+
+class AsyncPredictor(Predictor):
+    def __init__(self, inner: Predictor, config: AsyncConfig | None = None):
+        self.inner = inner
+        self.config = config or AsyncConfig()
+        self.name = f"async({inner.name})"
+        self._cond = threading.Condition()
+        # sink -> {key: now}; dicts keep arrival order and merge repeated keys.
+        self._pending: dict[Sink, dict[int, int]] = {}
+        self._pending_count = 0
+        self._busy = False
+        self._closed = False
+        self.metrics = {"submitted": 0, "predicted": 0, "dropped": 0, "tasks": 0, "errors": 0}
+        self._worker = threading.Thread(target=self._run, name="lcr-async-predictor", daemon=True)
+        self._worker.start()
+
+    def observe(self, key: int, t: int) -> None:
+        self.inner.observe(key, t)
+
+    def predict(self, keys: Sequence[int], now: int) -> np.ndarray:
+        return self.inner.predict(keys, now)
+
+    def submit(self, keys: Sequence[int], now: int, sink: Sink) -> None:
+        """Queue ``keys`` for prediction; never blocks on the worker."""
+        cond = self._cond
+        with cond:  # held only for a few dict operations: the worker never predicts under it
+            self.metrics["submitted"] += len(keys)
+            queue = self._pending.setdefault(sink, {})
+            # An idle worker takes any batch; once a task is triggered, later keys must
+            # fit in the bound.
+            triggered = self._busy or self._pending_count > 0
+            room = max(self.config.max_pending - self._pending_count, 0) if triggered else len(keys)
+            for key in keys:
+                if key in queue:
+                    queue[key] = now
+                elif room > 0:
+                    queue[key] = now
+                    room -= 1
+                    self._pending_count += 1
+                else:
+                    self.metrics["dropped"] += 1
+            if not queue:
+                del self._pending[sink]
+            elif not self._busy:
+                cond.notify()
+
+    def idle(self) -> bool:
+        with self._cond:
+            return not self._busy and not self._pending
+
+    def drain(self, timeout: float = 10.0) -> bool:
+        """Wait until no task is running or pending (tests, shutdown); True if drained."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._busy or self._pending:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(left)
+        return True
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._worker.join(timeout=5)
+
+    def _take_task(self) -> tuple[Sink, list[int], int] | None:
+        with self._cond:
+            while not self._pending and not self._closed:
+                self._cond.wait()
+            if self._closed:
+                return None
+            sink, queue = next(iter(self._pending.items()))
+            keys = list(queue)[: self.config.max_batch]
+            now = max(queue[k] for k in keys)
+            for key in keys:
+                del queue[key]
+            if not queue:
+                del self._pending[sink]
+            self._pending_count -= len(keys)
+            self._busy = True
+            return sink, keys, now
+
+    def _run(self) -> None:
+        last_start = -float("inf")
+        while True:
+            task = self._take_task()
+            if task is None:
+                return
+            wait = last_start + self.config.min_interval_s - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
+            last_start = time.monotonic()
+            sink, keys, now = task
+            try:
+                sink(keys, self.inner.predict(keys, now))
+                self.metrics["predicted"] += len(keys)
+            except Exception as err:  # a failing predictor leaves the table as it was
+                self.metrics["errors"] += 1
+                if self.metrics["errors"] == 1:
+                    log.warning("async prediction failed (further failures are counted only): %s", err)
+            finally:
+                self.metrics["tasks"] += 1
+                with self._cond:
+                    self._busy = False
+                    self._cond.notify_all()
+
+
+__all__ = ["AsyncConfig", "AsyncPredictor", "Sink"]

@@ -1,0 +1,216 @@
+"""Per-key feature state, updated on every access, read in batches for prediction.
+
+Two layouts (``FeatureConfig.mode``):
+
+- ``full`` (LLM setting): the last ``n_deltas`` inter-access intervals, most recent
+  first (NaN until seen); ``n_edcs`` exponentially decayed counters whose half-lives are
+  geometrically spaced between ``edc_min_half_life`` and ``edc_max_half_life``; the
+  request count; then any static metadata the cache supplies (``static_fields``, e.g.
+  table id, layer id, tokens from root; NaN when not given).
+- ``compact`` (DLRM setting): time of the latest access, the key, the request count and
+  the latest interval. Four columns keep inference cheap at high request rates.
+
+A key's row is its state right after its latest access. Training samples are copies
+of that row taken at access time, so a prediction made later from the same row asks
+the same question the model was trained on: "how long after this access until the
+next one?".
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from lcr.errors import LcrInputError
+
+MODES = ("full", "compact")
+_VECTOR_LOOKUP_MIN = 64  # below this many keys, dict probes beat numpy call overhead
+
+
+@dataclass(frozen=True)
+class FeatureConfig:
+    mode: str = "full"
+    n_deltas: int = 10
+    n_edcs: int = 10
+    edc_min_half_life: float = 8.0
+    edc_max_half_life: float = float(2**17)
+    static_fields: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        if self.mode not in MODES:
+            raise LcrInputError(f"feature mode must be one of {MODES}, got {self.mode!r}")
+        if self.mode == "full" and (self.n_deltas < 1 or self.n_edcs < 1):
+            raise LcrInputError("full features need n_deltas >= 1 and n_edcs >= 1")
+        if not 0 < self.edc_min_half_life <= self.edc_max_half_life:
+            raise LcrInputError("EDC half-lives must satisfy 0 < min <= max")
+
+    @property
+    def half_lives(self) -> np.ndarray:
+        return np.geomspace(self.edc_min_half_life, self.edc_max_half_life, self.n_edcs)
+
+    @property
+    def names(self) -> list[str]:
+        if self.mode == "compact":
+            return ["time", "key", "count", "last_delta"]
+        return ([f"delta_{i}" for i in range(1, self.n_deltas + 1)]
+                + [f"edc_{i}" for i in range(1, self.n_edcs + 1)]
+                + ["count", *self.static_fields])
+
+    @property
+    def width(self) -> int:
+        return len(self.names)
+
+
+@dataclass
+class _Layout:
+    """Column slices of a full-mode row."""
+
+    deltas: slice
+    edcs: slice
+    count: int
+    static: int
+
+
+class FeatureStore:
+    """Feature rows of every key seen so far, in one growable float64 matrix.
+
+    Not thread-safe by itself: ``LightGBMPredictor`` guards it with its lock.
+    """
+
+    def __init__(self, config: FeatureConfig | None = None, initial_keys: int = 1024):
+        self.config = config or FeatureConfig()
+        c = self.config
+        self.width = c.width
+        self._slot: dict[int, int] = {}
+        self._rows = np.full((initial_keys, self.width), np.nan)
+        self._last_time = np.zeros(initial_keys)
+        # Per-time-unit decay of each EDC: after delta units a counter is scaled by decay**delta.
+        self._decay = np.exp2(-1.0 / c.half_lives) if c.mode == "full" else None
+        self._index_keys = np.zeros(0, dtype=np.int64)  # sorted keys, for batch lookups
+        self._index_slots = np.zeros(0, dtype=np.int64)
+        self._indexed = 0
+        self._layout = _Layout(slice(0, c.n_deltas), slice(c.n_deltas, c.n_deltas + c.n_edcs),
+                               c.n_deltas + c.n_edcs, c.n_deltas + c.n_edcs + 1)
+
+    def __len__(self) -> int:
+        return len(self._slot)
+
+    def __contains__(self, key: int) -> bool:
+        return key in self._slot
+
+    def update(self, key: int, t: float, static: Sequence[float] | None = None) -> np.ndarray:
+        """Record an access to ``key`` at ``t``; return its row (a view: copy to keep it)."""
+        slot = self._slot.get(key)
+        if slot is None:
+            slot = self._new_slot(key)
+            delta = None
+        else:
+            delta = t - self._last_time[slot]
+        self._last_time[slot] = t
+        row = self._rows[slot]
+        if self.config.mode == "compact":
+            row[0] = t
+            row[2] += 1
+            if delta is not None:
+                row[3] = delta
+        else:
+            self._update_full(row, delta)
+            if static is not None:
+                self._set_static(row, static)
+        return row
+
+    def _update_full(self, row: np.ndarray, delta: float | None) -> None:
+        lay = self._layout
+        edcs = row[lay.edcs]
+        if delta is not None:
+            deltas = row[lay.deltas]
+            deltas[1:] = deltas[:-1].copy()
+            deltas[0] = delta
+            edcs *= self._decay ** delta
+        edcs += 1.0
+        row[lay.count] += 1
+
+    def _set_static(self, row: np.ndarray, static: Sequence[float]) -> None:
+        n = len(self.config.static_fields)
+        if len(static) != n:
+            raise LcrInputError(f"static metadata: expected {n} values "
+                                f"({', '.join(self.config.static_fields) or 'none configured'}), "
+                                f"got {len(static)}")
+        row[self._layout.static:self._layout.static + n] = static
+
+    def _new_slot(self, key: int) -> int:
+        slot = len(self._slot)
+        if slot == len(self._rows):
+            grown = np.full((2 * slot, self.width), np.nan)
+            grown[:slot] = self._rows
+            self._rows = grown
+            self._last_time = np.concatenate([self._last_time, np.zeros(slot)])
+        row = self._rows[slot]
+        row[:] = np.nan
+        if self.config.mode == "compact":
+            row[1] = key
+            row[2] = 0
+        else:
+            row[self._layout.edcs] = 0.0
+            row[self._layout.count] = 0
+        self._slot[key] = slot
+        return slot
+
+    def slot_of(self, key: int) -> int:
+        return self._slot[key]
+
+    def slots(self, keys: Sequence[int] | np.ndarray) -> np.ndarray:
+        """Row index of each key, -1 for keys never seen.
+
+        Large batches are looked up in a sorted index with ``searchsorted`` instead of
+        one dict probe per key; the index is rebuilt once enough keys were added after
+        it, and keys added since are found through the dict.
+        """
+        get = self._slot.get
+        if len(keys) < _VECTOR_LOOKUP_MIN:
+            if isinstance(keys, np.ndarray):
+                keys = keys.tolist()
+            return np.fromiter((get(k, -1) for k in keys), dtype=np.int64, count=len(keys))
+        keys = np.asarray(keys, dtype=np.int64)
+        if len(self._slot) - self._indexed > max(256, self._indexed // 16):
+            self._build_index()
+        if not self._indexed:
+            return np.fromiter((get(k, -1) for k in keys.tolist()), dtype=np.int64, count=len(keys))
+        pos = np.minimum(np.searchsorted(self._index_keys, keys), self._indexed - 1)
+        found = self._index_keys[pos] == keys
+        out = np.where(found, self._index_slots[pos], -1)
+        if self._indexed < len(self._slot):  # keys added after the index was built
+            for i in np.flatnonzero(~found).tolist():
+                out[i] = get(int(keys[i]), -1)
+        return out
+
+    def _build_index(self) -> None:
+        keys = np.fromiter(self._slot.keys(), dtype=np.int64, count=len(self._slot))
+        slots = np.fromiter(self._slot.values(), dtype=np.int64, count=len(self._slot))
+        order = np.argsort(keys)
+        self._index_keys, self._index_slots = keys[order], slots[order]
+        self._indexed = len(keys)
+
+    def rows(self, slots: np.ndarray) -> np.ndarray:
+        """Feature rows of known slots (a copy)."""
+        return self._rows[slots]
+
+    @property
+    def capacity(self) -> int:
+        """Rows allocated (slots below this are valid indices)."""
+        return len(self._rows)
+
+    def last_times(self, slots: np.ndarray) -> np.ndarray:
+        return self._last_time[slots]
+
+    def batch(self, keys: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(known, rows, last_times)``: a mask over ``keys``, then the rows and latest
+        access times of the known keys, in order."""
+        slots = self.slots(keys)
+        known = slots >= 0
+        slots = slots[known]
+        return known, self._rows[slots], self._last_time[slots]
+
+
+__all__ = ["FeatureConfig", "FeatureStore", "MODES"]

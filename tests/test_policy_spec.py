@@ -1,0 +1,218 @@
+"""The policy spec: invariants every policy keeps, and the paper's guarantees for LARU."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lcr.policies import LARU, LRU, OPT, POLICIES, make_policy
+from lcr.policies.predictive_marker import harmonic
+from lcr.predict import ArrayPredictor
+from lcr.predict.experimental import constant_predictions, oracle_predictions
+from lcr.sim import PolicySpec, replay, run_one
+from lcr.traces import Trace, generate
+
+from conftest import real_trace
+
+SYNTHETIC = ["zipf:requests=6000,keys=800,alpha=0.9,seed=1", "zipf:requests=6000,keys=3000,alpha=0.6,seed=2",
+             "loop:requests=4000,keys=120", "scan:requests=6000,hot_keys=300,scan_length=400,scan_every=1500"]
+
+
+def misses(trace: Trace, name: str, capacity: int, noise: float = 0.0, **params) -> int:
+    spec = PolicySpec(name, tuple(params.items()))
+    return run_one(trace, spec, capacity, noise=noise, seed=3).misses
+
+
+def build(name: str, trace: Trace, capacity: int, values=None, **params):
+    values = oracle_predictions(trace) if values is None else values
+    predictor = ArrayPredictor(values)
+    return make_policy(name, capacity, predictor=predictor, next_use=trace.next_use, **params), predictor
+
+
+@settings(max_examples=60, deadline=None)
+@given(keys=st.lists(st.integers(0, 12), min_size=1, max_size=120), capacity=st.integers(1, 6),
+       name=st.sampled_from(sorted(POLICIES)),
+       values=st.lists(st.sampled_from([0.0, 1.0, 5.0, -3.0, math.nan, math.inf, -math.inf]),
+                       min_size=120, max_size=120))
+def test_every_policy_keeps_cache_invariants(keys, capacity, name, values):
+    trace = Trace(np.array(keys))
+    policy, predictor = build(name, trace, capacity, np.array(values[:len(keys)]))
+    for t, key in enumerate(keys):
+        before = set(policy)
+        predictor.observe(key, t)
+        hit = policy.access(key, t)
+        after = set(policy)
+        assert hit == (key in before)
+        assert key in after and len(after) <= capacity == policy.capacity
+        if policy.last_evicted is not None:
+            assert not hit and len(before) == capacity
+            assert policy.last_evicted in before and policy.last_evicted not in after
+            assert after == (before - {policy.last_evicted}) | {key}
+        elif not hit:
+            assert len(before) < capacity and after == before | {key}
+    stats = policy.stats
+    assert stats.hits + stats.misses == len(keys)
+
+
+@pytest.mark.parametrize("source", SYNTHETIC)
+@pytest.mark.parametrize("capacity", [1, 2, 7, 60, 400])
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_laru_with_oracle_predictions_equals_opt(source, capacity, mode):
+    """1-consistency (Appendix E): perfect predictions make LARU exactly as good as OPT."""
+    trace = generate(source)
+    opt = misses(trace, "opt", capacity)
+    assert misses(trace, "laru", capacity, mode=mode) == opt
+    assert misses(trace, "fpb", capacity, mode=mode) == opt
+    assert misses(trace, "blind_oracle_lru", capacity) == opt
+
+
+@pytest.mark.parametrize("name", ["cloudphysics", "web07", "multi2", "mooncake", "criteo", "switch_moe"])
+def test_laru_with_oracle_predictions_equals_opt_on_real_traces(name):
+    trace = real_trace(name)
+    for fraction in (0.01, 0.05):
+        capacity = max(2, round(fraction * trace.distinct_keys))
+        assert misses(trace, "laru", capacity) == misses(trace, "opt", capacity)
+
+
+def theorem1_bound(opt_misses: int, k: int, b: float = 2.0) -> float:
+    return (k + math.log(k, b) + 2) * opt_misses + k
+
+
+@pytest.mark.parametrize("source", SYNTHETIC)
+@pytest.mark.parametrize("capacity", [2, 16, 100])
+def test_laru_with_adversarial_predictions_keeps_theorem1_bound(source, capacity):
+    trace = generate(source)
+    opt = misses(trace, "opt", capacity)
+    laru = misses(trace, "laru", capacity, noise=1.0)
+    assert laru <= theorem1_bound(opt, capacity)
+    # Far from the worst case in practice: near LRU, never near FPB's collapse.
+    assert laru <= 1.25 * misses(trace, "lru", capacity)
+
+
+@pytest.mark.parametrize("name", ["cloudphysics", "web07", "multi2", "mooncake"])
+def test_laru_adversarial_stays_near_lru_and_fpb_collapses_on_real_traces(name):
+    trace = real_trace(name)
+    capacity = max(2, round(0.05 * trace.distinct_keys))
+    lru = misses(trace, "lru", capacity)
+    laru = misses(trace, "laru", capacity, noise=1.0)
+    fpb = misses(trace, "fpb", capacity, noise=1.0, mode="async")
+    assert laru <= 1.10 * lru
+    assert laru <= theorem1_bound(misses(trace, "opt", capacity), capacity)
+    assert fpb > laru and fpb > lru
+
+
+def test_fpb_collapses_far_below_lru_with_inverted_predictions():
+    trace = real_trace("web07")
+    capacity = round(0.05 * trace.distinct_keys)
+    assert misses(trace, "fpb", capacity, noise=1.0, mode="async") >= 1.5 * misses(trace, "lru", capacity)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_laru_without_information_is_lru_decision_by_decision(mode):
+    trace = generate("zipf:requests=5000,keys=500,alpha=0.8,seed=4")
+    for values in (constant_predictions(trace), np.full(len(trace), np.nan)):
+        laru, predictor = build("laru", trace, 40, values, mode=mode)
+        ours = replay(trace, laru, predictor, record_evictions=True)
+        theirs = replay(trace, LRU(40), None, record_evictions=True)
+        assert np.array_equal(ours.hits, theirs.hits)
+        assert np.array_equal(ours.evicted, theirs.evicted)
+
+
+def test_laru_detects_prediction_induced_misses_and_shrinks_lambda():
+    # k = 4: items 0..3 cached; predictions claim 0 is needed last, so LARU evicts 0
+    # for 4, then 0 returns at once: a prediction-induced miss (Line 14).
+    keys = [0, 1, 2, 3, 4, 0]
+    values = [100.0, 5, 6, 7, 8, 9]
+    trace = Trace(np.array(keys))
+    laru, predictor = build("laru", trace, 4, np.array(values))
+    for t, key in enumerate(keys):
+        predictor.observe(key, t)
+        laru.access(key, t)
+        if t == 4:
+            assert laru.last_evicted == 0 and laru.evicted_by_prediction == {0}
+    assert laru.stats.extra["prediction_induced_misses"] == 1
+    assert laru.last_evicted == 1  # the LRU fallback
+    assert laru.lam == 0.5 and laru.window == 2
+    assert laru.stats.lru_evictions == 1 and laru.stats.prediction_evictions == 1
+
+
+def test_laru_window_shrinks_to_lru_and_stops_calling_the_predictor():
+    trace = generate("loop:requests=3000,keys=12")
+    laru, predictor = build("laru", trace, 8, -oracle_predictions(trace))  # inverted predictions
+    replay(trace, laru, predictor)
+    stats = laru.stats
+    assert stats.extra["prediction_induced_misses"] > 0
+    # Each phase spends at most log_b(k) shrinks before l = 1 (plain LRU, no calls).
+    assert stats.prediction_evictions <= stats.extra["phases"] * (8 + math.log2(8) + 1)
+    assert stats.predictor_calls == stats.prediction_evictions
+
+
+def test_laru_llm_variant_shrinks_once_every_k_over_32_induced_misses():
+    trace = generate("zipf:requests=20000,keys=4000,alpha=0.7,seed=5")
+    adversarial = -oracle_predictions(trace)
+    eager, p1 = build("laru", trace, 256, adversarial)
+    lazy, p2 = build("laru", trace, 256, adversarial, shrink_every=256 // 32)
+    replay(trace, eager, p1)
+    replay(trace, lazy, p2)
+    # Fewer shrinks trust bad predictions longer: more prediction-driven evictions.
+    assert lazy.stats.prediction_evictions > eager.stats.prediction_evictions
+    assert lazy.stats.misses <= theorem1_bound(misses(trace, "opt", 256), 256)
+
+
+def test_sync_laru_calls_the_predictor_less_than_fpb_and_only_on_evictions():
+    trace = generate("zipf:requests=8000,keys=1000,alpha=0.9,seed=6")
+    laru = run_one(trace, PolicySpec("laru"), 50, noise=0.3)
+    fpb = run_one(trace, PolicySpec("fpb"), 50, noise=0.3)
+    assert 0 < laru.stats["predictor_calls"] <= laru.stats["prediction_evictions"]
+    assert laru.stats["predicted_keys"] < fpb.stats["predicted_keys"]
+    asynchronous = run_one(trace, PolicySpec("laru", (("mode", "async"),)), 50, noise=0.3)
+    assert asynchronous.stats["predictor_calls"] == len(trace)
+
+
+@pytest.mark.parametrize("capacity", [4, 32])
+def test_marking_policies_keep_their_competitive_bounds(capacity):
+    trace = generate("zipf:requests=8000,keys=600,alpha=0.8,seed=7")
+    opt = misses(trace, "opt", capacity)
+    h_k = harmonic(capacity)
+    assert misses(trace, "marker", capacity) <= 2 * h_k * opt + capacity
+    assert misses(trace, "predictive_marker", capacity) <= 2 * opt + capacity  # good predictions
+    assert misses(trace, "predictive_marker", capacity, noise=1.0) <= 4 * h_k * opt + capacity
+
+
+def test_randomized_policies_are_reproducible_and_depend_on_the_seed():
+    trace = generate("zipf:requests=5000,keys=400,alpha=0.8,seed=8")
+    runs = [replay(trace, make_policy("marker", 30, seed=s), record_evictions=True).evicted for s in (1, 1, 2)]
+    assert np.array_equal(runs[0], runs[1]) and not np.array_equal(runs[0], runs[2])
+
+
+def test_blind_oracle_lru_follows_the_better_expert():
+    trace = generate("zipf:requests=10000,keys=800,alpha=0.8,seed=9")
+    lru = misses(trace, "lru", 40)
+    combined = misses(trace, "blind_oracle_lru", 40, noise=1.0)
+    fpb = misses(trace, "fpb", 40, noise=1.0)
+    assert fpb > 1.25 * lru
+    assert combined < fpb and combined <= 2 * lru + 40
+
+
+def test_opt_is_optimal_against_every_online_policy():
+    trace = generate("zipf:requests=6000,keys=500,alpha=0.9,seed=10")
+    opt = misses(trace, "opt", 25)
+    for name in ("lru", "sieve", "marker", "hf", "laru", "predictive_marker"):
+        assert misses(trace, name, 25, noise=0.5) >= opt
+
+
+def test_bad_policy_parameters_are_rejected():
+    with pytest.raises(ValueError, match="capacity"):
+        LRU(0)
+    with pytest.raises(ValueError, match="b > 1"):
+        LARU(4, ArrayPredictor(np.zeros(1)), b=1)
+    with pytest.raises(ValueError, match="mode"):
+        LARU(4, ArrayPredictor(np.zeros(1)), mode="eventually")
+    with pytest.raises(ValueError, match="valid: lru"):
+        make_policy("belady2", 4)
+    with pytest.raises(ValueError, match="next-use"):
+        make_policy("opt", 4)
+    assert isinstance(make_policy("opt", 4, next_use=[1, 2]), OPT)

@@ -1,0 +1,261 @@
+"""Features, labels, the online LightGBM model, async invocation and the simulator hook."""
+from __future__ import annotations
+
+import math
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from lcr.errors import LcrInputError
+from lcr.policies import LARU, LRU, PredictionTable, PolicyStats
+from lcr.predict import PREDICTORS, make_predictor, parse_predictor_name
+from lcr.predict.async_predictor import AsyncConfig, AsyncPredictor
+from lcr.predict.base import Predictor
+from lcr.predict.features import FeatureConfig, FeatureStore
+from lcr.predict.labels import HistoryWindow, next_access_labels
+
+pytest.importorskip("lightgbm")
+from lcr.predict.lightgbm_model import LightGBMConfig, LightGBMPredictor  # noqa: E402
+
+# -- features --------------------------------------------------------------------------------
+
+
+def test_full_features_match_hand_computed_values():
+    config = FeatureConfig(n_deltas=3, n_edcs=2, edc_min_half_life=2.0, edc_max_half_life=8.0)
+    store = FeatureStore(config)
+    for t in (0, 3, 10):
+        row = store.update(7, t)
+    # Deltas, most recent first; the third never happened.
+    assert row[0] == 7 and row[1] == 3 and math.isnan(row[2])
+    # EDC with half-life h: 1 at t=0, then c * 2**(-delta/h) + 1 at each access.
+    for column, h in ((3, 2.0), (4, 8.0)):
+        expected = (1 * 2 ** (-3 / h) + 1) * 2 ** (-7 / h) + 1
+        assert row[column] == pytest.approx(expected, rel=1e-12)
+    assert row[5] == 3  # request count
+    assert config.names == ["delta_1", "delta_2", "delta_3", "edc_1", "edc_2", "count"]
+
+
+def test_compact_features_and_static_metadata():
+    store = FeatureStore(FeatureConfig(mode="compact"))
+    store.update(42, 5)
+    row = store.update(42, 12)
+    assert row.tolist() == [12, 42, 2, 7]
+
+    meta = FeatureStore(FeatureConfig(n_deltas=1, n_edcs=1, static_fields=("layer", "tokens_from_root")))
+    row = meta.update(1, 0, static=(3, 128))
+    assert row[-2:].tolist() == [3, 128]
+    with pytest.raises(LcrInputError, match="expected 2 values"):
+        meta.update(1, 1, static=(3,))
+
+
+def test_batch_extraction_marks_unknown_keys():
+    store = FeatureStore(FeatureConfig(mode="compact"))
+    for t, key in enumerate([1, 2, 1]):
+        store.update(key, t)
+    known, rows, last = store.batch(np.array([2, 99, 1]))
+    assert known.tolist() == [True, False, True]
+    assert rows[:, 1].tolist() == [2, 1] and last.tolist() == [1, 2]
+
+
+# -- labels ----------------------------------------------------------------------------------
+
+
+def test_labels_from_a_window_on_a_tiny_trace():
+    keys = np.array([1, 2, 1, 3, 2, 1])
+    times = np.array([0, 1, 2, 3, 4, 9])
+    intervals, censored = next_access_labels(keys, times, horizon=5)
+    # 1@0 -> 1@2: 2; 2@1 -> 2@4: 3; 1@2 -> 1@9 is 7, beyond the horizon; the rest never return.
+    assert intervals.tolist() == [2, 3, 5, 5, 5, 5]
+    assert censored.tolist() == [False, False, True, True, True, True]
+
+
+def test_training_set_keeps_only_samples_older_than_the_horizon():
+    window = HistoryWindow(capacity=4, width=1)
+    for t, key in enumerate([5, 6, 5, 6, 5, 6]):  # the ring keeps t = 2..5
+        window.add(key, t, np.array([float(t)]))
+    X, y, censored = window.training_set(horizon_fraction=0.5)  # span 3, horizon 1.5
+    assert X[:, 0].tolist() == [2.0, 3.0]
+    assert np.expm1(y).tolist() == pytest.approx([1.5, 1.5])  # intervals of 2, capped
+    assert censored.all()
+
+
+# -- the model -------------------------------------------------------------------------------
+
+
+def _periodic_trace(periods: dict[int, int], length: int) -> list[tuple[int, int]]:
+    return [(t, key) for t in range(length) for key, period in periods.items() if t % period == 0]
+
+
+def test_model_learns_periods_within_ten_percent():
+    periods = {key: 20 + 15 * key for key in range(8)}
+    model = LightGBMPredictor(LightGBMConfig(background=False, retrain_every=10**9, window=4000,
+                                             min_data_in_leaf=5))
+    assert np.isnan(model.predict(list(periods), 0)).all()  # no model yet: unknown
+    events = _periodic_trace(periods, 8000)
+    for t, key in events:
+        model.observe(key, t)
+    assert model.fit()
+    keys = list(periods)
+    predicted = model.predict(keys, events[-1][0])
+    last = model.features.last_times(model.features.slots(keys))
+    np.testing.assert_allclose(predicted - last, list(periods.values()), rtol=0.10)
+    # Memoised answers equal fresh ones; a never-seen key is unknown.
+    assert np.array_equal(model.predict(keys, events[-1][0]), predicted)
+    assert math.isnan(model.predict([999], 0)[0])
+
+
+def test_online_training_retrains_every_n_and_is_deterministic():
+    def run():
+        model = LightGBMPredictor(LightGBMConfig(background=False, retrain_every=500, window=1000,
+                                                 min_samples=200, seed=3))
+        rng = np.random.default_rng(0)
+        for t, key in enumerate(rng.zipf(1.3, 2600) % 200):
+            model.observe(int(key), t)
+        return model, model.predict(list(range(200)), 2600)
+
+    first, a = run()
+    _, b = run()
+    assert first.metrics["fits"] == 5 and first.model_version == 5
+    assert np.array_equal(a, b, equal_nan=True)
+
+
+def test_background_fit_swaps_the_model_in():
+    model = LightGBMPredictor(LightGBMConfig(background=True, retrain_every=300, window=600, min_samples=100))
+    for t in range(600):
+        model.observe(t % 37, t)
+    model.wait_for_fit(10)
+    assert model.model_version >= 1
+    assert np.isfinite(model.predict([0, 1, 2], 600)).all()
+
+
+def test_weak_model_uses_one_tree_on_one_feature():
+    model = LightGBMPredictor(LightGBMConfig(background=False, weak=True))
+    for t in range(3000):
+        model.observe(t % 50, t)
+    assert model.fit()
+    assert model._model.booster.num_trees() == 1 and model._model.booster.num_feature() == 1
+
+
+@pytest.mark.parametrize("bad, message", [
+    (np.zeros((2, 2), dtype=np.int64), "1-D"),
+    (np.array([1.0, np.nan]), "NaN"),
+    (np.array([1.5]), "integers"),
+    (np.array(["a"]), "dtype"),
+])
+def test_bad_key_batches_are_rejected_clearly(bad, message):
+    model = LightGBMPredictor(LightGBMConfig(background=False))
+    with pytest.raises(LcrInputError, match=message):
+        model.predict(bad, 0)
+
+
+# -- async -----------------------------------------------------------------------------------
+
+
+class SlowPredictor(Predictor):
+    name = "slow"
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self.calls = 0
+
+    def predict(self, keys, now):
+        self.calls += 1
+        time.sleep(self.seconds)
+        return np.full(len(keys), float(now) + 100)
+
+
+def test_async_never_blocks_the_caller():
+    slow = AsyncPredictor(SlowPredictor(0.2), AsyncConfig(max_pending=8))
+    table = PredictionTable(slow, "async", PolicyStats())
+    start = time.perf_counter()
+    for t in range(2000):
+        table.on_access(t % 100, t)
+    elapsed = time.perf_counter() - start
+    assert elapsed < 0.15, f"2000 accesses took {elapsed:.3f}s behind a 0.2s predictor"
+    assert slow.metrics["dropped"] > 0  # the bounded queue overflowed and counted it
+    assert slow.drain(5)
+    assert any(math.isfinite(table.rank(k)) for k in range(100))  # results reached the table
+    slow.close()
+
+
+def test_async_with_zero_pending_skips_keys_while_busy():
+    inner = SlowPredictor(0.1)
+    predictor = AsyncPredictor(inner, AsyncConfig(max_pending=0))
+    got = []
+    predictor.submit([1], 0, lambda k, v: got.extend(k))
+    time.sleep(0.02)  # the first task is running now
+    predictor.submit([2, 3], 1, lambda k, v: got.extend(k))
+    assert predictor.drain(5)
+    assert got == [1] and predictor.metrics["dropped"] == 2 and inner.calls == 1
+    predictor.close()
+
+
+def test_async_min_interval_spaces_tasks():
+    inner = SlowPredictor(0.0)
+    predictor = AsyncPredictor(inner, AsyncConfig(min_interval_s=0.05))
+    done = threading.Event()
+    stamps = []
+
+    def sink(keys, values):
+        stamps.append(time.monotonic())
+        if len(stamps) == 3:
+            done.set()
+
+    for t in range(3):
+        predictor.submit([t], t, sink)
+        assert predictor.drain(5)
+    assert done.wait(5)
+    assert min(np.diff(stamps)) >= 0.045
+    predictor.close()
+
+
+# -- simulator -------------------------------------------------------------------------------
+
+
+def test_registry_names_and_modes():
+    assert {"lightgbm", "lightgbm:async", "lightgbm-weak:sync", "oracle"} <= set(PREDICTORS)
+    assert parse_predictor_name("lightgbm:async") == ("lightgbm", "async")
+    with pytest.raises(LcrInputError, match="unknown predictor"):
+        parse_predictor_name("lightgbm:later")
+    from lcr.traces import generate
+
+    trace = generate("zipf:requests=1000,keys=100,alpha=1.0,seed=0")
+    with pytest.raises(LcrInputError, match="noise"):
+        make_predictor("lightgbm", trace, noise=0.5)
+
+
+def test_sim_runs_laru_with_the_online_model():
+    from lcr.sim.sweep import PolicySpec, run_one
+    from lcr.traces import generate
+
+    trace = generate("zipf:requests=30000,keys=3000,alpha=0.9,seed=1")
+    lru = run_one(trace, PolicySpec("lru"), 150)
+    laru = run_one(trace, PolicySpec("laru"), 150, "lightgbm")
+    assert laru.stats["predictor_fits"] >= 2
+    assert laru.hits > lru.hits  # the learned model beats recency on a skewed workload
+    run_async = run_one(trace, PolicySpec("laru"), 150, "lightgbm:async")
+    assert run_async.stats["predictor_calls"] == len(trace)  # one hand-over per access
+
+
+def test_unknown_predictions_reproduce_lru():
+    class Unknown(Predictor):
+        def predict(self, keys, now):
+            return np.full(len(keys), np.nan)
+
+    keys = np.random.default_rng(0).integers(0, 50, 3000).tolist()
+    lru, laru = LRU(10), LARU(10, Unknown())
+    assert [lru.access(k, t) for t, k in enumerate(keys)] == [laru.access(k, t) for t, k in enumerate(keys)]
+
+
+def test_batch_slot_lookup_matches_the_dict_as_keys_arrive():
+    store = FeatureStore(FeatureConfig(mode="compact"))
+    rng = np.random.default_rng(1)
+    for t, key in enumerate(rng.integers(0, 5000, 3000).tolist()):
+        store.update(key, t)
+        if t % 700 == 0:
+            store.slots(np.arange(100))  # builds (then outdates) the sorted index
+    query = rng.integers(-10, 6000, 500)
+    expected = [store._slot.get(k, -1) for k in query.tolist()]
+    assert store.slots(query).tolist() == expected
