@@ -36,7 +36,7 @@ public:
     // Insert `id` (absent) as the most recently used item. `rank` must not be NaN.
     void push_newest(int32_t id, double rank) {
         if (next_pos_ == leaves_) compact();
-        const int32_t pos = next_pos_++;
+        const auto pos = static_cast<int32_t>(next_pos_++);  // < leaves_ <= 2^31
         pos_of_[id] = pos;
         item_at_[pos] = id;
         set_leaf(pos, order_key(rank), 1);
@@ -93,7 +93,7 @@ public:
     // Calls f(id) for every item, oldest first.
     template <class F>
     void for_each(F&& f) const {
-        for (int32_t pos = 0; pos < next_pos_; ++pos)
+        for (int64_t pos = 0; pos < next_pos_; ++pos)
             if (item_at_[pos] != kAbsent) f(item_at_[pos]);
     }
 
@@ -133,7 +133,7 @@ private:
     // Slide the live items to positions 0..size-1, keeping their order.
     void compact() {
         int32_t next = 0;
-        for (int32_t pos = 0; pos < next_pos_; ++pos) {
+        for (int64_t pos = 0; pos < next_pos_; ++pos) {
             const int32_t id = item_at_[pos];
             if (id == kAbsent) continue;
             const uint64_t key = best_[leaves_ + pos];
@@ -153,7 +153,7 @@ private:
     }
 
     int64_t leaves_ = 1;
-    int32_t next_pos_ = 0;
+    int64_t next_pos_ = 0;
     std::vector<uint64_t> best_;    // largest rank key per node; node 1 is the root
     std::vector<int32_t> count_;    // items per node; leaves at [leaves_, 2 * leaves_)
     std::vector<int32_t> pos_of_;   // id -> position, or kAbsent

@@ -7,10 +7,10 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
-#include <stdexcept>
 #include <string>
 #include <utility>
 
@@ -62,13 +62,12 @@ struct Counters {
     }
 
     py::dict as_dict() const {
-        py::dict d;
-        d["hits"] = hits, d["misses"] = misses, d["evictions"] = evictions;
-        d["prediction_evictions"] = prediction_evictions, d["lru_evictions"] = lru_evictions;
-        d["predictor_calls"] = predictor_calls, d["predicted_keys"] = predicted_keys;
-        d["phases"] = phases, d["prediction_induced_misses"] = prediction_induced_misses;
-        d["lambda"] = lambda;
-        return d;
+        return py::dict(py::arg("hits") = hits, py::arg("misses") = misses, py::arg("evictions") = evictions,
+                        py::arg("prediction_evictions") = prediction_evictions,
+                        py::arg("lru_evictions") = lru_evictions, py::arg("predictor_calls") = predictor_calls,
+                        py::arg("predicted_keys") = predicted_keys, py::arg("phases") = phases,
+                        py::arg("prediction_induced_misses") = prediction_induced_misses,
+                        py::arg("lambda") = lambda);
     }
 };
 
