@@ -38,15 +38,18 @@ TARGETS = {"lru": ("libcachesim LRU", 1.0), "opt": ("libcachesim Belady", 1.0),
 
 def write_oracle_general(trace: Trace, path: Path) -> None:
     """libCacheSim's oracleGeneral records: <u32 time, u64 id, u32 size, i64 next vtime>."""
-    record = np.dtype([("time", "<u4"), ("id", "<u8"), ("size", "<u4"), ("next", "<i8")])
-    rows = np.empty(len(trace), dtype=record)
-    rows["time"] = np.arange(len(trace), dtype=np.uint32)
-    rows["id"] = trace.keys.view(np.uint64)
-    rows["size"] = 1
-    # Belady reads next_access_vtime: never again must be INT64_MAX (not -1) to be evicted first.
-    nxt = trace.next_use
-    rows["next"] = np.where(nxt == NEVER, np.iinfo(np.int64).max, nxt + 1)
-    rows.tofile(path)
+    record = np.dtype([("time", "<u4"), ("id", "<u8"), ("size", "<u4"), ("next", "<i8")], align=False)
+    with open(path, "wb") as out:
+        for start in range(0, len(trace), 1 << 20):  # in chunks, to keep the peak memory down
+            stop = min(start + (1 << 20), len(trace))
+            rows = np.empty(stop - start, dtype=record)
+            rows["time"] = np.arange(start, stop, dtype=np.uint32)
+            rows["id"] = trace.keys[start:stop].view(np.uint64)
+            rows["size"] = 1
+            # Belady reads next_access_vtime: never again must be INT64_MAX (not -1) to go first.
+            nxt = trace.next_use[start:stop]
+            rows["next"] = np.where(nxt == NEVER, np.iinfo(np.int64).max, nxt + 1)
+            rows.tofile(out)
 
 
 def lcr_runs(trace: Trace, capacity: int) -> dict:
