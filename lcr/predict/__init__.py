@@ -36,20 +36,31 @@ def make_predictor(name: str, trace: Trace, noise: float = 0.0, seed: int = 0) -
     if noise:
         raise LcrInputError(f"predictor {name!r} learns from the trace; --noise applies only to "
                             f"{', '.join(EXPERIMENTAL)}")
-    return make_learned_predictor(base, mode, seed)
+    return make_learned_predictor(base, mode, trace, seed)
 
 
-def make_learned_predictor(base: str, mode: str | None, seed: int = 0) -> Predictor:
-    from lcr.predict.async_predictor import AsyncPredictor
+def learned_config(base: str, seed: int = 0):
     from lcr.predict.features import FeatureConfig
-    from lcr.predict.lightgbm_model import LightGBMConfig, LightGBMPredictor
+    from lcr.predict.lightgbm_model import LightGBMConfig
 
     # Fits run inline in the simulator so that a replay is reproducible.
-    config = LightGBMConfig(seed=seed, background=False, weak=base == "lightgbm-weak",
-                            features=FeatureConfig(mode="compact" if base == "lightgbm-compact" else "full"))
-    model = LightGBMPredictor(config)
-    return AsyncPredictor(model) if mode == "async" else model
+    return LightGBMConfig(seed=seed, background=False, weak=base == "lightgbm-weak",
+                          features=FeatureConfig(mode="compact" if base == "lightgbm-compact" else "full"))
 
 
-__all__ = ["Predictor", "ArrayPredictor", "PREDICTORS", "LEARNED", "make_predictor",
+def make_learned_predictor(base: str, mode: str | None, trace: Trace, seed: int = 0) -> Predictor:
+    """Sync: the online model itself, queried at each eviction. Async: what that model
+    answers right after each access, computed in one pass (``lcr.predict.replayed``),
+    the exact zero-lag async semantics, reproducible and usable by the native engines.
+    The threaded ``AsyncPredictor`` is the serving path and is tested on its own."""
+    from lcr.predict.lightgbm_model import LightGBMPredictor
+    from lcr.predict.replayed import replayed_predictions
+
+    config = learned_config(base, seed)
+    if mode == "async":
+        return ArrayPredictor(replayed_predictions(trace, config), name=f"{base}:async")
+    return LightGBMPredictor(config)
+
+
+__all__ = ["Predictor", "ArrayPredictor", "PREDICTORS", "LEARNED", "make_predictor", "learned_config",
            "parse_predictor_name", "oracle_predictions", "true_next_times"]
