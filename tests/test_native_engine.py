@@ -219,7 +219,8 @@ def test_engine_choice_errors():
         run_one(trace, PolicySpec.parse("hf:foo=1"), 5, engine="native")
     with pytest.raises(LcrInputError, match="runs in Python"):
         run_one(trace, PolicySpec.parse("laru"), 5, predictor_name="lightgbm", engine="native")
-    assert not uses_native(PolicySpec.parse("laru"), "auto", "lightgbm:async")
+    assert not uses_native(PolicySpec.parse("laru"), "auto", "lightgbm")  # the sync online model
+    assert uses_native(PolicySpec.parse("laru"), "auto", "lightgbm:async")  # replayed: an array
     assert uses_native(PolicySpec.parse("lru"), "auto", "lightgbm")  # reads no predictions
     assert uses_native(PolicySpec.parse("hf"), "auto", "oracle:async")
     # Policies without a core still run under auto.
@@ -252,3 +253,16 @@ def test_cli_engines_print_the_same_table(capsys, tmp_path):
     assert tables["python"] == tables["native"] == tables["auto"]
     with pytest.raises(SystemExit):
         lcr.cli.main([*argv, "--engine", "fast"])
+
+
+def test_learned_async_predictions_run_natively_with_the_same_decisions():
+    pytest.importorskip("lightgbm")
+    # Long enough for the model to fit and answer (the first half is NaN while it warms up).
+    trace = generate("zipf:requests=20000,keys=300,alpha=1.0,seed=3")
+    for text in ("laru", "hf:window=8"):
+        spec = PolicySpec.parse(text)
+        python = run_one(trace, spec, 30, predictor_name="lightgbm:async", engine="python")
+        native = run_one(trace, spec, 30, predictor_name="lightgbm:async", engine="native")
+        native.stats.pop("final_lambda", None)
+        assert (python.misses, python.stats) == (native.misses, native.stats)
+        assert native.stats["predictor_calls"] == len(trace)  # async: one call per request

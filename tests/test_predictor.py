@@ -259,3 +259,24 @@ def test_batch_slot_lookup_matches_the_dict_as_keys_arrive():
     query = rng.integers(-10, 6000, 500)
     expected = [store._slot.get(k, -1) for k in query.tolist()]
     assert store.slots(query).tolist() == expected
+
+
+def test_replayed_predictions_equal_querying_the_online_model_at_each_access():
+    """lightgbm:async in the simulator is exactly the online model asked right after each access."""
+    from lcr.predict import learned_config, make_predictor
+    from lcr.predict.replayed import replayed_predictions
+    from lcr.traces import generate
+
+    trace = generate("zipf:requests=14000,keys=1500,alpha=0.8,seed=3")
+    config = learned_config("lightgbm")
+    replayed = replayed_predictions(trace, config)
+    online = make_predictor("lightgbm", trace)
+    asked = []
+    for t, key in enumerate(trace.keys.tolist()):
+        online.observe(key, t)
+        asked.append(online.predict([key], t)[0])
+    asked = np.array(asked)
+    assert np.isnan(replayed[:config.retrain_every - 1]).all()  # no model before the first fit
+    assert np.isfinite(replayed[config.retrain_every:]).all()
+    assert np.array_equal(np.isnan(asked), np.isnan(replayed))
+    assert np.allclose(asked[~np.isnan(asked)], replayed[~np.isnan(replayed)], rtol=0, atol=1e-9)

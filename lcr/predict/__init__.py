@@ -30,35 +30,58 @@ def parse_predictor_name(name: str) -> tuple[str, str | None]:
     return base, mode or None
 
 
-def make_predictions(name: str, trace: Trace, noise: float = 0.0, seed: int = 0) -> np.ndarray | None:
-    """The prediction made at every request of ``trace`` (what the native engine reads),
-    or None for a learned predictor, whose answers depend on the replay itself."""
+def has_prediction_array(name: str) -> bool:
+    """Whether the predictor's answers are fixed before the replay, as an array aligned with
+    the requests (what the native engines read): the experiment predictors, and the learned
+    ones queried async (replayed). The sync online model depends on the replay itself."""
+    base, mode = parse_predictor_name(name)
+    return base in EXPERIMENTAL or mode == "async"
+
+
+def make_predictions(name: str, trace: Trace, noise: float = 0.0, seed: int = 0) -> np.ndarray:
+    """The prediction made at every request of ``trace``; see ``has_prediction_array``."""
+    if not has_prediction_array(name):
+        raise LcrInputError(f"predictor {name!r} has no prediction array; it answers during the replay")
     base, _ = parse_predictor_name(name)
-    return EXPERIMENTAL[base](trace, noise, seed) if base in EXPERIMENTAL else None
+    if base in EXPERIMENTAL:
+        return EXPERIMENTAL[base](trace, noise, seed)
+    return make_predictor(name, trace, noise, seed).values
 
 
 def make_predictor(name: str, trace: Trace, noise: float = 0.0, seed: int = 0) -> Predictor:
     """A fresh predictor for one replay of ``trace``."""
     base, mode = parse_predictor_name(name)
     if base in EXPERIMENTAL:
-        return ArrayPredictor(make_predictions(name, trace, noise, seed), name=f"{base}(noise={noise:g})")
+        return ArrayPredictor(EXPERIMENTAL[base](trace, noise, seed), name=f"{base}(noise={noise:g})")
     if noise:
         raise LcrInputError(f"predictor {name!r} learns from the trace; --noise applies only to "
                             f"{', '.join(EXPERIMENTAL)}")
-    return make_learned_predictor(base, mode, seed)
+    return make_learned_predictor(base, mode, trace, seed)
 
 
-def make_learned_predictor(base: str, mode: str | None, seed: int = 0) -> Predictor:
-    from lcr.predict.async_predictor import AsyncPredictor
+def learned_config(base: str, seed: int = 0):
     from lcr.predict.features import FeatureConfig
-    from lcr.predict.lightgbm_model import LightGBMConfig, LightGBMPredictor
+    from lcr.predict.lightgbm_model import LightGBMConfig
 
     # Fits run inline in the simulator so that a replay is reproducible.
-    config = LightGBMConfig(seed=seed, background=False, weak=base == "lightgbm-weak",
-                            features=FeatureConfig(mode="compact" if base == "lightgbm-compact" else "full"))
-    model = LightGBMPredictor(config)
-    return AsyncPredictor(model) if mode == "async" else model
+    return LightGBMConfig(seed=seed, background=False, weak=base == "lightgbm-weak",
+                          features=FeatureConfig(mode="compact" if base == "lightgbm-compact" else "full"))
 
 
-__all__ = ["Predictor", "ArrayPredictor", "PREDICTORS", "LEARNED", "make_predictor", "make_predictions",
+def make_learned_predictor(base: str, mode: str | None, trace: Trace, seed: int = 0) -> Predictor:
+    """Sync: the online model itself, queried at each eviction. Async: what that model
+    answers right after each access, computed in one pass (``lcr.predict.replayed``),
+    the exact zero-lag async semantics, reproducible and usable by the native engines.
+    The threaded ``AsyncPredictor`` is the serving path and is tested on its own."""
+    from lcr.predict.lightgbm_model import LightGBMPredictor
+    from lcr.predict.replayed import replayed_predictions
+
+    config = learned_config(base, seed)
+    if mode == "async":
+        return ArrayPredictor(replayed_predictions(trace, config), name=f"{base}:async")
+    return LightGBMPredictor(config)
+
+
+__all__ = ["Predictor", "ArrayPredictor", "PREDICTORS", "LEARNED", "make_predictor", "make_predictions", "has_prediction_array",
+           "learned_config",
            "parse_predictor_name", "oracle_predictions", "true_next_times"]

@@ -5,7 +5,7 @@ from dataclasses import asdict, dataclass, field
 
 from lcr.errors import LcrInputError
 from lcr.policies import POLICIES, make_policy
-from lcr.predict import EXPERIMENTAL, make_predictions, make_predictor, parse_predictor_name
+from lcr.predict import has_prediction_array, make_predictions, make_predictor, parse_predictor_name
 from lcr.sim.native import NATIVE_POLICIES, native_replay
 from lcr.sim.runner import Progress, replay
 from lcr.traces import Trace
@@ -72,15 +72,15 @@ class SimResult:
 
 def uses_native(spec: PolicySpec, engine: str = "auto", predictor_name: str = "oracle") -> bool:
     """Whether ``engine`` (auto, python or native) replays ``spec`` with its C++ core. The
-    cores read predictions as an array, which learned predictors do not have."""
+    cores read predictions as an array, which the sync online model does not have."""
     if engine not in ENGINES:
         raise LcrInputError(f"unknown engine {engine!r}; valid: {', '.join(ENGINES)}")
-    array_predictions = parse_predictor_name(predictor_name)[0] in EXPERIMENTAL
-    native = spec.name in NATIVE_POLICIES and (array_predictions or not spec.uses_predictions)
+    native = spec.name in NATIVE_POLICIES and (not spec.uses_predictions or has_prediction_array(predictor_name))
     if engine == "native" and not native:
         why = (f"policy {spec.name!r} has no native engine; native: {', '.join(sorted(NATIVE_POLICIES))}"
                if spec.name not in NATIVE_POLICIES else
-               f"predictor {predictor_name!r} runs in Python; the native engine takes {', '.join(EXPERIMENTAL)}")
+               f"predictor {predictor_name!r} runs in Python; the native engine takes the experiment "
+               f"predictors and learned ones queried async (e.g. lightgbm:async)")
         raise LcrInputError(f"{why} (use --engine auto or python)")
     return engine != "python" and native
 
