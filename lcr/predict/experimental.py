@@ -21,6 +21,13 @@ from lcr.predict.base import Predictor
 from lcr.traces import NEVER, Trace
 
 
+def noise_rng(seed: int) -> np.random.Generator:
+    """The noise stream for ``seed``: independent of the trace generators' stream for the
+    same seed (a child of it), so which predictions get corrupted is unrelated to which
+    keys the requests went to."""
+    return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(0x6E6F6973,)))
+
+
 def true_next_times(trace: Trace) -> np.ndarray:
     times = trace.next_use.astype(np.float64)
     times[trace.next_use == NEVER] = np.inf
@@ -30,7 +37,7 @@ def true_next_times(trace: Trace) -> np.ndarray:
 def oracle_predictions(trace: Trace, noise: float = 0.0, seed: int = 0) -> np.ndarray:
     times = true_next_times(trace)
     if noise > 0:
-        flip = np.random.default_rng(seed).random(len(times)) < noise
+        flip = noise_rng(seed).random(len(times)) < noise
         times[flip] = -times[flip]
     return times
 
@@ -38,7 +45,7 @@ def oracle_predictions(trace: Trace, noise: float = 0.0, seed: int = 0) -> np.nd
 def lognormal_predictions(trace: Trace, noise: float = 0.0, seed: int = 0) -> np.ndarray:
     times = true_next_times(trace)
     now = np.arange(len(times), dtype=np.float64)
-    scale = np.exp(np.random.default_rng(seed).normal(0.0, noise, len(times)))
+    scale = np.exp(noise_rng(seed).normal(0.0, noise, len(times)))
     with np.errstate(invalid="ignore"):
         return np.where(np.isinf(times), times, now + (times - now) * scale)
 

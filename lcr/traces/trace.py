@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -38,7 +39,7 @@ class Trace:
             self._next_use = compute_next_use(self.keys)
         return self._next_use
 
-    @property
+    @cached_property
     def distinct_keys(self) -> int:
         return int(len(np.unique(self.keys)))
 
