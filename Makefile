@@ -27,12 +27,12 @@ $(VENV)/.installed-test: $(VENV)/.installed
 	touch $@
 
 demo: $(VENV)/.installed
-	$(BIN)/lcr sim zipf:requests=100000,keys=10000,alpha=0.9,seed=0 \
-	    --cache 1%,5%,10% --policies lru,opt,fpb,hf,laru --predictor oracle --noise 0,0.5,1 \
+	$(BIN)/lcr sim zipf:requests=1000000,keys=100000,alpha=0.9,seed=0 \
+	    --cache 1%,5%,10% --policies lru,opt,fpb,hf,laru --predictor oracle --noise 0,0.25,0.5,0.75,1 \
 	    --json $(OUT)/zipf.json --plot $(OUT)/zipf.png
 	@if [ -f $(DATA)/classic/cache2k_web07.trace.xz ]; then \
 	  $(BIN)/lcr sim $(DATA)/classic/cache2k_web07.trace.xz \
-	    --cache 1%,5%,10% --policies lru,opt,fpb,hf,laru --predictor oracle --noise 0,0.5,1 \
+	    --cache 1%,5%,10% --policies lru,opt,fpb,hf,laru --predictor oracle --noise 0,0.25,0.5,0.75,1 \
 	    --json $(OUT)/web07.json --plot $(OUT)/web07.png; \
 	else echo "($(DATA) not found: skipping the real-trace demo)"; fi
 
