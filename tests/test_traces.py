@@ -21,6 +21,8 @@ from conftest import data_file
     ("classic/cache2k_web07.trace.xz", 76_118, 20_484),
     ("embedding/criteo_kaggle_first999.tsv", 22_873, None),
     ("moe/router-trace.v2.json", 215 * 6, 48),
+    ("classic/lirs/2_pools.trace.gz", 100_000, None),  # 100,002 lines, two '*' markers
+    ("classic/lirs/loop.trace.gz", 505_500, None),     # CRLF line ends
 ])
 def test_real_traces_have_the_documented_shape(relative, requests, distinct):
     """Counts from shared/data/PROVENANCE.md."""

@@ -47,9 +47,12 @@ def _integer(text: str, path: Path, line: int, what: str) -> int:
 
 
 def read_text(path: Path, limit: int | None = None) -> Trace:
-    """One integer key per line (LIRS traces); optionally gz/xz/bz2-compressed."""
+    """One integer key per line (LIRS traces); optionally gz/xz/bz2-compressed.
+    A line holding only ``*`` is a LIRS marker with no key and is skipped."""
     keys = []
     for number, line in _lines(path):
+        if line == "*":
+            continue
         keys.append(_integer(line.split()[0], path, number, "key"))
         if limit is not None and len(keys) >= limit:
             break
