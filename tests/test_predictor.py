@@ -280,3 +280,29 @@ def test_replayed_predictions_equal_querying_the_online_model_at_each_access():
     assert np.isfinite(replayed[config.retrain_every:]).all()
     assert np.array_equal(np.isnan(asked), np.isnan(replayed))
     assert np.allclose(asked[~np.isnan(asked)], replayed[~np.isnan(replayed)], rtol=0, atol=1e-9)
+
+
+@pytest.mark.parametrize("params", [{}, {"zero_as_missing": True}, {"use_missing": False}])
+def test_native_forest_equals_lightgbm_predict(params):
+    """The compiled forest must answer exactly what booster.predict does, NaN and 0 included."""
+    import lightgbm
+
+    from lcr.predict.forest import compile_booster
+
+    rng = np.random.default_rng(4)
+    X = rng.random((6000, 7))
+    X[rng.random(X.shape) < 0.25] = np.nan
+    X[rng.random(X.shape) < 0.1] = 0.0
+    y = np.nan_to_num(X[:, 0]) * 3 - np.nan_to_num(X[:, 4]) + rng.random(len(X))
+    booster = lightgbm.train({"objective": "regression", "num_leaves": 15, "verbose": -1, "seed": 1, **params},
+                             lightgbm.Dataset(X, y), num_boost_round=12)
+    forest = compile_booster(booster, X.shape[1])
+    expected = booster.predict(X)
+    assert np.array_equal(forest.predict(X), expected)
+    assert np.array_equal(forest.predict(X, None, 2), expected)
+    index = rng.integers(0, len(X), 500)
+    assert np.array_equal(forest.predict(X, index), expected[index])
+    with pytest.raises(ValueError, match="7 columns"):
+        forest.predict(X[:, :3])
+    with pytest.raises(IndexError, match="row index"):
+        forest.predict(X, np.array([len(X)]))

@@ -17,4 +17,5 @@ PYBIND11_MODULE(_native, m) {
     lcr::register_sim_laru(m);
     lcr::register_sim_marker(m);
     lcr::register_sim_sieve(m);
+    lcr::register_forest(m);
 }

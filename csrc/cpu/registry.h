@@ -16,4 +16,5 @@ void register_sim_hf(pybind11::module_& m);
 void register_sim_laru(pybind11::module_& m);
 void register_sim_marker(pybind11::module_& m);
 void register_sim_sieve(pybind11::module_& m);
+void register_forest(pybind11::module_& m);
 }  // namespace lcr

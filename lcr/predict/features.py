@@ -192,6 +192,11 @@ class FeatureStore:
         self._index_keys, self._index_slots = keys[order], slots[order]
         self._indexed = len(keys)
 
+    @property
+    def matrix(self) -> np.ndarray:
+        """All rows (a view; rows past ``len(self)`` are unused). Read under the owner's lock."""
+        return self._rows
+
     def rows(self, slots: np.ndarray) -> np.ndarray:
         """Feature rows of known slots (a copy)."""
         return self._rows[slots]

@@ -28,6 +28,7 @@ import numpy as np
 from lcr.errors import LcrInputError
 from lcr.predict.base import Predictor
 from lcr.predict.features import FeatureConfig, FeatureStore
+from lcr.predict.forest import compile_booster
 from lcr.predict.labels import HistoryWindow
 
 log = logging.getLogger(__name__)
@@ -83,11 +84,15 @@ class _Model:
     booster: object
     columns: np.ndarray | None  # None: all columns
     version: int
+    forest: object | None = None  # the booster compiled to lcr._native.Forest, when possible
 
-    def predict_log_interval(self, rows: np.ndarray, num_threads: int) -> np.ndarray:
+    def predict_log_interval(self, rows: np.ndarray, num_threads: int, index: np.ndarray | None = None) -> np.ndarray:
+        """Model output for ``rows`` (for ``rows[index]`` when an index is given)."""
         if self.columns is not None:
             rows = rows[:, self.columns]
-        return self.booster.predict(rows, num_threads=num_threads)
+        if self.forest is not None:
+            return self.forest.predict(rows, index, num_threads)
+        return self.booster.predict(rows if index is None else rows[index], num_threads=num_threads)
 
 
 class LightGBMPredictor(Predictor):
@@ -174,8 +179,9 @@ class LightGBMPredictor(Predictor):
         except Exception as err:  # a failed fit must not take the cache down: keep the old model
             log.warning("LightGBM fit failed, keeping the previous model: %s", err)
             return
+        forest = compile_booster(booster, X.shape[1] if columns is None else len(columns))
         with self._lock:
-            self._model = _Model(booster, columns, self.model_version + 1)
+            self._model = _Model(booster, columns, self.model_version + 1, forest)
             self._memo = np.full(self.features.capacity, np.nan)
         self.metrics["fits"] += 1
         self.metrics["last_fit_seconds"] = time.perf_counter() - start
@@ -192,9 +198,12 @@ class LightGBMPredictor(Predictor):
         if self.config.cache_predictions:
             return self._predict_memoised(keys, model, out)
         with self._lock:
-            known, rows, last = self.features.batch(keys)
-        if rows.shape[0]:
-            out[known] = last + np.expm1(np.maximum(model.predict_log_interval(rows, self.config.num_threads), 0.0))
+            slots = self.features.slots(keys)
+            known = slots >= 0
+            slots = slots[known]
+            if len(slots):
+                log_intervals = model.predict_log_interval(self.features.matrix, self.config.num_threads, slots)
+                out[known] = self.features.last_times(slots) + np.expm1(np.maximum(log_intervals, 0.0))
         return out
 
     def _predict_memoised(self, keys: np.ndarray, model: _Model, out: np.ndarray) -> np.ndarray:
