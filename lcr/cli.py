@@ -10,9 +10,10 @@ from lcr.errors import LcrInputError
 def _command_modules():
     # Imported here so `lcr --help` stays fast and a broken optional part names itself.
     from lcr.checkpoints import cli as ckpt_cli
+    from lcr.kv import cli as kv_cli
     from lcr.sim import cli as sim_cli
 
-    return [sim_cli, ckpt_cli]
+    return [sim_cli, ckpt_cli, kv_cli]
 
 
 def build_parser() -> argparse.ArgumentParser:

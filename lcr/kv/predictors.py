@@ -1,0 +1,68 @@
+"""Next-use predictors for tree nodes, built from the trace (experiments).
+
+A node is named by the path id of its first block; its next use is the next request
+that needs that block. ``PathOracle`` answers exactly that, and with ``noise`` = p
+replaces each answer, with probability p, by its negative: the worst case of paper
+Figure 13. The coin is a hash of (seed, key, now), so every engine, and every call
+order, sees the same predictions.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from lcr.errors import LcrInputError
+from lcr.kv.requests import BlockWorkload
+from lcr.policies.rng import SplitMix64
+from lcr.predict.base import Predictor
+
+_MASK = (1 << 64) - 1
+
+
+class PathOracle(Predictor):
+    def __init__(self, workload: BlockWorkload, noise: float = 0.0, seed: int = 0):
+        if not 0 <= noise <= 1:
+            raise LcrInputError(f"noise must be a probability in [0, 1], got {noise:g}")
+        self.workload = workload
+        self.noise = float(noise)
+        self.seed = int(seed)
+        self.name = "oracle" if noise == 0 else f"noisy:{noise:g}"
+
+    def predict(self, keys: Sequence[int], now: int) -> list[float]:
+        next_use = self.workload.next_use
+        values = [next_use(key, now) for key in keys]
+        if self.noise > 0:
+            values = [-v if self._flip(key, now) else v for key, v in zip(keys, values)]
+        return values
+
+    def _flip(self, key: int, now: int) -> bool:
+        draw = SplitMix64((self.seed * 0x9E3779B97F4A7C15 + key * 0xBF58476D1CE4E5B9 + now) & _MASK)
+        return draw.next_u64() < self.noise * 2.0 ** 64
+
+
+def parse_predictor(text: str) -> tuple[str, float | None]:
+    """``oracle``, ``noisy:P`` or ``lightgbm``; returns (kind, fixed noise or None)."""
+    kind, _, arg = text.partition(":")
+    if kind == "oracle" and not arg:
+        return "oracle", None
+    if kind == "noisy":
+        try:
+            p = float(arg)
+        except ValueError:
+            raise LcrInputError(f"--predictor {text!r}: expected noisy:P with P in [0, 1]") from None
+        if not 0 <= p <= 1:
+            raise LcrInputError(f"--predictor {text!r}: P must be in [0, 1]")
+        return "oracle", p
+    if kind == "lightgbm":
+        return "lightgbm", None
+    raise LcrInputError(f"unknown predictor {text!r}; valid: oracle, noisy:P, lightgbm")
+
+
+def make_path_predictor(kind: str, workload: BlockWorkload, noise: float, seed: int) -> Predictor:
+    if kind == "oracle":
+        return PathOracle(workload, noise, seed)
+    try:  # the online LightGBM model lands separately; plug it in when present
+        from lcr.predict import make_online_predictor  # type: ignore[attr-defined]
+    except ImportError:
+        raise LcrInputError("predictor 'lightgbm' is not available in this build of lcr; "
+                            "use oracle or noisy:P") from None
+    return make_online_predictor("lightgbm", seed=seed)
