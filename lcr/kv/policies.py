@@ -171,8 +171,9 @@ class HF(_Predictive):
 class LARU(_Predictive):
     """LARU (Algorithm 1 of the LCR paper) over evictable leaves.
 
-    ``k`` is the cache size in *blocks* (capacity tokens / block tokens), the unit
-    prefix caches allocate in; it sets the window l = max(floor(lambda * k), 1) of
+    ``k``, the cache size of the algorithm, counts *nodes*: the units this cache
+    evicts. Unless fixed by the caller it is re-read at every phase start as the
+    number of cached nodes. It sets the window l = max(floor(lambda * k), 1) of
     oldest leaves that predictions choose from, and the LLM rule of paper Section 5.1:
     lambda is halved once every max(k // 32, 1) prediction-induced misses of a phase.
 
@@ -184,24 +185,29 @@ class LARU(_Predictive):
 
     name = "laru"
 
-    def __init__(self, predictor: NextAccessPredictor, k: int, b: float = 2.0,
+    def __init__(self, predictor: NextAccessPredictor, k: int | None = None, b: float = 2.0,
                  shrink_every: int | None = None):
         super().__init__(predictor)
-        if k < 1:
+        if k is not None and k < 1:
             raise ValueError(f"laru needs k >= 1, got {k}")
         if not b > 1:
             raise ValueError(f"laru needs b > 1, got {b}")
-        self.k = int(k)
-        self.b = float(b)
-        self.shrink_every = max(1, self.k // 32) if shrink_every is None else int(shrink_every)
-        if self.shrink_every < 1:
+        if shrink_every is not None and shrink_every < 1:
             raise ValueError(f"laru shrink_every must be at least 1, got {shrink_every}")
+        self.fixed_k = k
+        self.k = k or 1
+        self.b = float(b)
+        self.fixed_shrink_every = shrink_every
         self.lam = 1.0
         self.old: set[int] = set()
         self.evicted_by_prediction: set[int] = set()
         self._induced_in_phase = 0
         self._follow_lru = False
         self.stats.extra.update(phases=0, prediction_induced_misses=0)
+
+    @property
+    def shrink_every(self) -> int:
+        return self.fixed_shrink_every or max(1, self.k // 32)
 
     @property
     def window(self) -> int:
@@ -247,6 +253,7 @@ class LARU(_Predictive):
 
     def _start_phase(self):
         self.old = set(self.view.cached_keys())
+        self.k = self.fixed_k or max(1, len(self.old))
         self.lam = 1.0
         self.evicted_by_prediction.clear()
         self._induced_in_phase = 0

@@ -20,7 +20,7 @@ def make_policy(name: str, workload: BlockWorkload, capacity_tokens: int, *, pre
     if name == "lru":
         return P.LRU()
     if name == "laru":
-        return P.LARU(predictor, k=max(1, capacity_tokens // block_tokens), **params)
+        return P.LARU(predictor, **params)
     if name == "fpb":
         return P.FPB(predictor)
     if name == "hf":
