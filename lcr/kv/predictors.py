@@ -66,3 +66,60 @@ def make_path_predictor(kind: str, workload: BlockWorkload, noise: float, seed: 
         raise LcrInputError("predictor 'lightgbm' is not available in this build of lcr; "
                             "use oracle or noisy:P") from None
     return make_online_predictor("lightgbm", seed=seed)
+
+
+class RecentIntervalsPredictor(Predictor):
+    """Online estimate for serving: next access = last access + mean of the node's last
+    ten access intervals (NaN until a node has been seen twice)."""
+
+    name = "intervals"
+
+    def __init__(self, history: int = 10):
+        self.history = history
+        self._last: dict[int, int] = {}
+        self._intervals: dict[int, list[int]] = {}
+
+    def observe(self, key: int, t: int) -> None:
+        last = self._last.get(key)
+        if last is not None and t > last:
+            gaps = self._intervals.setdefault(key, [])
+            gaps.append(t - last)
+            del gaps[:-self.history]
+        self._last[key] = t
+
+    def predict(self, keys: Sequence[int], now: int) -> list[float]:
+        out = []
+        for key in keys:
+            gaps = self._intervals.get(key)
+            out.append(self._last[key] + sum(gaps) / len(gaps) if gaps else float("nan"))
+        return out
+
+
+class ServicePredictor(Predictor):
+    """A shared prediction service: POST {"keys": [...], "now": t} -> {"predictions": [...]}.
+
+    Unreachable at start is a clear error; failures later raise, and the policy falls
+    back to LRU for that eviction."""
+
+    name = "service"
+
+    def __init__(self, url: str, timeout_s: float = 0.05, check: bool = True):
+        self.url = url
+        self.timeout_s = timeout_s
+        if check:
+            try:
+                self.predict([], 0)
+            except Exception as err:  # noqa: BLE001
+                raise LcrInputError(f"predictor service {url} is unreachable ({err})") from None
+
+    def predict(self, keys: Sequence[int], now: int) -> list[float]:
+        import json
+        import urllib.request
+
+        body = json.dumps({"keys": [int(k) for k in keys], "now": int(now)}).encode()
+        request = urllib.request.Request(self.url, body, {"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=self.timeout_s) as reply:
+            values = json.loads(reply.read())["predictions"]
+        if len(values) != len(keys):
+            raise ValueError(f"service answered {len(values)} predictions for {len(keys)} keys")
+        return [float("nan") if v is None else float(v) for v in values]
