@@ -61,7 +61,8 @@ class PolicyDriver(CacheView):
         self._keys: dict[int, int] = {}  # node id -> key (serving mode)
         self._seen_requests: OrderedDict[str, None] = OrderedDict()
         self.predictor_seconds = 0.0
-        self._log_every = 1000
+        self._log_every = 100
+        self._logged_prediction = False
 
     # Keys ---------------------------------------------------------------------------
     def key_of(self, node) -> int:
@@ -150,8 +151,12 @@ class PolicyDriver(CacheView):
         node = by_key[key]
         self.policy.on_evicted(key)
         self._keys.pop(node.id, None)
-        if self.policy.stats.evictions % self._log_every == 0:
-            log.info("lcr %s: %s", self.policy.name, self.metrics())
+        stats = self.policy.stats
+        first_prediction = stats.prediction_evictions == 1 and not self._logged_prediction
+        if first_prediction or stats.evictions % self._log_every == 0:
+            self._logged_prediction |= first_prediction
+            log.info("lcr %s metrics: %s", self.policy.name,
+                     " ".join(f"{k}={v}" for k, v in self.metrics().items()))
         return node
 
     def metrics(self) -> dict:
