@@ -39,7 +39,7 @@ def online_qa():
 def policy(name, w, capacity, noise=0.0, predictor=None):
     if predictor is None and name in ("laru", "fpb", "hf"):
         predictor = PathOracle(w, noise)
-    return make_policy(name, w, capacity, predictor=predictor)
+    return make_policy(name, w, predictor=predictor)
 
 
 @pytest.mark.parametrize("name", ["lru", "laru", "fpb", "hf", "rlt"])
@@ -77,7 +77,7 @@ def test_a_failing_predictor_falls_back_to_lru_inside_sglang():
 
     w = online_qa()
     capacity = w.distinct_tokens // 10
-    laru = make_policy("laru", w, capacity, predictor=Broken())
+    laru = make_policy("laru", w, predictor=Broken())
     assert replay_sglang(w, capacity, laru) == replay_lcr(w, capacity, LRU())
     assert laru.stats.extra["predictor_fallbacks"] > 0
 
@@ -87,7 +87,7 @@ def test_eviction_beyond_what_is_evictable_returns_what_it_freed():
 
     w = online_qa()
     capacity = w.distinct_tokens // 10
-    cache, allocator = build_cache(make_policy("rlt", w, capacity), capacity)
+    cache, allocator = build_cache(make_policy("rlt", w), capacity)
     from lcr.integrations import sglang_sim
 
     # Fill the cache with a few requests, then ask for far more than it holds.

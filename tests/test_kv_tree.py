@@ -130,7 +130,7 @@ def small_online_qa():
 
 def hit_rate(w, capacity, name, noise=0.0, **kw):
     predictor = PathOracle(w, noise) if name in ("laru", "fpb", "hf") else None
-    policy = make_policy(name, w, capacity, predictor=predictor, **kw)
+    policy = make_policy(name, w, predictor=predictor, **kw)
     return replay_lcr(w, capacity, policy) / w.total_tokens
 
 
@@ -182,7 +182,7 @@ def test_rlt_is_seeded_and_spares_marked_leaves():
     capacity = w.distinct_tokens // 20
     assert replay_lcr(w, capacity, RLT(seed=3)) == replay_lcr(w, capacity, RLT(seed=3))
     rlt = RLT(seed=0)
-    tree = RadixTree(1000, rlt)
+    RadixTree(1000, rlt)  # binds the policy to a tree
     rlt.marked = {1}
     assert rlt.pick_victim([1, 2], now=0) == 2
 

@@ -86,11 +86,9 @@ class PolicyDriver(CacheView):
     def cached_keys(self):
         return [self.key_of(n) for n in self._cached_nodes()]
 
-    def node_tokens(self, key):
-        for node in self._cached_nodes():
-            if self.key_of(node) == key:
-                return len(node.key)
-        return 0
+    def tokens_of(self, keys):
+        keys = set(keys)
+        return sum(len(n.key) for n in self._cached_nodes() if self.key_of(n) in keys)
 
     def _cached_nodes(self):
         stack, root = list(self.tree_core.root_node.children.values()), self.tree_core.root_node

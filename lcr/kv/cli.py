@@ -89,7 +89,7 @@ def run(args) -> int:
     workload = build_workload(trace, args.block_tokens)
     capacities = parse_cache_tokens(args.cache_tokens, workload.distinct_tokens)
     results = run_sweep(workload, capacities, policies, noises, predictor=kind, engine=args.engine,
-                        block_tokens=args.block_tokens, seed=args.seed)
+                        seed=args.seed)
     print(f"# {workload.name}: {len(workload):,} requests, {workload.total_tokens:,} tokens "
           f"({workload.distinct_tokens:,} distinct); engine {args.engine}, predictor {args.predictor}")
     print(format_table(results))

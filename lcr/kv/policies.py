@@ -40,8 +40,8 @@ class CacheView(ABC):
         """Keys of every cached node (root excluded)."""
 
     @abstractmethod
-    def node_tokens(self, key: int) -> int:
-        """Tokens held by the cached node ``key``."""
+    def tokens_of(self, keys: Iterable[int]) -> int:
+        """Tokens held by the cached nodes among ``keys``."""
 
 
 class LeafPolicy(ABC):
@@ -306,7 +306,7 @@ class RLT(LeafPolicy):
         self.marked.discard(key)
 
     def _marked_tokens(self) -> int:
-        return sum(self.view.node_tokens(k) for k in self.marked)
+        return self.view.tokens_of(self.marked)
 
     def _clear_marks(self):
         self.marked = set(self._latest)

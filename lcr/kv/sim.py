@@ -7,7 +7,7 @@ from typing import Callable
 from lcr.errors import LcrInputError
 from lcr.kv import policies as P
 from lcr.kv.predictors import make_path_predictor
-from lcr.kv.requests import BLOCK_TOKENS, BlockWorkload
+from lcr.kv.requests import BlockWorkload
 from lcr.kv.tree import RadixTree
 
 POLICIES = ("lru", "laru", "fpb", "hf", "rlt", "opt")
@@ -15,8 +15,9 @@ PREDICTIVE = ("laru", "fpb", "hf")
 ENGINES = ("lcr", "sglang")
 
 
-def make_policy(name: str, workload: BlockWorkload, capacity_tokens: int, *, predictor=None,
-                block_tokens: int = BLOCK_TOKENS, seed: int = 0, **params) -> P.LeafPolicy:
+def make_policy(name: str, workload: BlockWorkload, *, predictor=None, seed: int = 0,
+                **params) -> P.LeafPolicy:
+    """A fresh policy; ``workload`` serves OPT's exact future."""
     if name == "lru":
         return P.LRU()
     if name == "laru":
@@ -78,13 +79,13 @@ def replay_engine(engine: str) -> Callable[[BlockWorkload, int, P.LeafPolicy], i
 
 
 def run_sweep(workload: BlockWorkload, capacities: list[int], policies: list[str], noises: list[float],
-              *, predictor: str = "oracle", engine: str = "lcr", block_tokens: int = BLOCK_TOKENS,
-              seed: int = 0, progress: Callable[[str], None] | None = None) -> list[KVResult]:
+              *, predictor: str = "oracle", engine: str = "lcr", seed: int = 0,
+              progress: Callable[[str], None] | None = None) -> list[KVResult]:
     replay = replay_engine(engine)
     results = []
     for capacity in capacities:
         # OPT runs once per size: it is every cost ratio's denominator.
-        opt_policy = make_policy("opt", workload, capacity)
+        opt_policy = make_policy("opt", workload)
         opt = _result(workload, engine, "opt", capacity, None,
                       replay(workload, capacity, opt_policy), opt_policy)
         opt_missed = opt.missed_tokens
@@ -96,8 +97,7 @@ def run_sweep(workload: BlockWorkload, capacities: list[int], policies: list[str
                 else:
                     pred = make_path_predictor(predictor, workload, noise or 0.0, seed) \
                         if name in PREDICTIVE else None
-                    policy = make_policy(name, workload, capacity, predictor=pred,
-                                         block_tokens=block_tokens, seed=seed)
+                    policy = make_policy(name, workload, predictor=pred, seed=seed)
                     result = _result(workload, engine, name, capacity, noise,
                                      replay(workload, capacity, policy), policy)
                 result.cost_ratio = result.missed_tokens / opt_missed if opt_missed else None

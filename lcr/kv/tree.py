@@ -44,8 +44,9 @@ class RadixTree(CacheView):
     def cached_keys(self):
         return self.nodes.keys()
 
-    def node_tokens(self, key):
-        return self.nodes[key].size
+    def tokens_of(self, keys):
+        nodes = self.nodes
+        return sum(nodes[k].size for k in keys if k in nodes)
 
     # Serving
     def serve(self, request: BlockRequest, now: int) -> int:
