@@ -72,8 +72,10 @@ def replay_engine(engine: str) -> Callable[[BlockWorkload, int, P.LeafPolicy], i
             from lcr.integrations.sglang_sim import replay_sglang
             import sglang.srt.mem_cache.unified_radix_cache  # noqa: F401
         except ImportError as err:
-            raise LcrInputError(f"--engine sglang needs SGLang 0.5.23 ({err}); install it with "
-                                "pip install --no-deps -r sglang_patch/requirements-cpu.txt") from None
+            hint = ("pip install --no-deps -r sglang_patch/requirements-cpu.txt"
+                    if getattr(err, "name", None) != "torchvision" else
+                    "CPU-only machines lack a usable torchvision; put tests/sglang_stubs on PYTHONPATH")
+            raise LcrInputError(f"--engine sglang needs SGLang 0.5.23 ({err}); {hint}") from None
         return replay_sglang
     raise LcrInputError(f"unknown engine {engine!r}; valid: {', '.join(ENGINES)}")
 
