@@ -23,8 +23,13 @@ REPO = Path(__file__).resolve().parents[1]
 POOL_TOKENS = 1024
 
 
+def _pythonpath() -> str:
+    """The stand-ins first, then the repository, then whatever the caller had."""
+    return os.pathsep.join(filter(None, [str(STUBS), str(REPO), os.environ.get("PYTHONPATH")]))
+
+
 def _sglang_serves() -> bool:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(STUBS), str(REPO)])}
+    env = {**os.environ, "PYTHONPATH": _pythonpath()}
     probe = "import uvicorn, fastapi, sglang.srt.entrypoints.http_server"
     return subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True,
                           timeout=300).returncode == 0
@@ -51,8 +56,7 @@ class Server:
     def __init__(self, model: Path, policy: str, log: Path):
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        env = {**os.environ, "SGLANG_USE_CPU_ENGINE": "1",
-               "PYTHONPATH": os.pathsep.join([str(STUBS), str(REPO)])}
+        env = {**os.environ, "SGLANG_USE_CPU_ENGINE": "1", "PYTHONPATH": _pythonpath()}
         self.log = log
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "sglang_patch.launch_server", "--cache-policy", policy,
