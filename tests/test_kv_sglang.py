@@ -135,3 +135,17 @@ def test_backends_register_once_and_the_plugin_entry_point_is_declared():
     names = {ep.value for ep in entry_points(group="sglang.srt.plugins")}
     if "sglang_patch:register" not in names:
         pytest.skip("lcr's install metadata predates the entry point; reinstall with pip install -e .")
+
+
+@pytest.mark.parametrize("name", ["laru", "fpb", "hf"])
+def test_engines_agree_with_a_learned_style_predictor(name):
+    from lcr.kv.predictors import RecentIntervalsPredictor
+
+    w = online_qa()
+    capacity = w.distinct_tokens // 10
+    runs = []
+    for replay in (replay_lcr, replay_sglang):
+        predictor = RecentIntervalsPredictor()
+        runs.append((replay(w, capacity, make_policy(name, w, predictor=predictor)),
+                     dict(predictor.features.depth)))
+    assert runs[0] == runs[1]  # same hits, and the same node depths fed to the features

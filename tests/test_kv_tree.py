@@ -245,3 +245,22 @@ def test_cli_malformed_mooncake_line_names_the_line(tmp_path, capsys):
 def test_workload_rejects_flat_traces():
     with pytest.raises(LcrInputError, match="not a prefix-block trace"):
         build_workload(Trace(np.arange(5), "flat"))
+
+
+def test_node_features_follow_real_accesses():
+    from lcr.kv.features import HISTORY, WIDTH
+    from lcr.kv.predictors import RecentIntervalsPredictor
+
+    w = workload([1, 2], [1, 3], [1, 2], [4])
+    predictor = RecentIntervalsPredictor()
+    serve_all(w, 1000, LARU(predictor))
+    f = predictor.features
+    shared, branch = w.requests[0].paths[0], w.requests[0].paths[1]
+    assert f.last[shared] == 2 and f.intervals[shared] == [1, 1]
+    assert f.depth[shared] == 10 and f.depth[branch] == 20  # tokens from the root
+    rows = f.matrix([shared, branch, 999], now=3)
+    assert rows.shape == (3, WIDTH)
+    assert list(rows[0, :2]) == [1, 1] and rows[1, 0] == 2  # newest interval first
+    assert rows[0, HISTORY] > rows[1, HISTORY] > 0  # more recent, more frequent: larger EDC
+    assert np.isnan(rows[2]).all()
+    assert predictor.predict([shared, 999], now=3)[0] == 3.0

@@ -75,12 +75,18 @@ class PolicyDriver(CacheView):
             key = self._keys[node.id] = prefix_key(parent_key, node.key.token_ids[:self.page_size])
         return key
 
-    def path_keys(self, node) -> list[int]:
-        keys, root = [], self.tree_core.root_node
+    def path_keys(self, node) -> tuple[list[int], list[int]]:
+        """Keys root-down to ``node``, and the tokens from the root to each one's end."""
+        nodes, root = [], self.tree_core.root_node
         while node is not None and node is not root:
-            keys.append(self.key_of(node))
+            nodes.append(node)
             node = node.parent
-        return keys[::-1]
+        nodes.reverse()
+        depths, total = [], 0
+        for n in nodes:
+            total += len(n.key)
+            depths.append(total)
+        return [self.key_of(n) for n in nodes], depths
 
     # CacheView ----------------------------------------------------------------------
     def cached_keys(self):
@@ -109,7 +115,8 @@ class PolicyDriver(CacheView):
                 self._seen_requests.popitem(last=False)
         self.now += 1
         node = self.tree_core.node_by_id(result.last_device_node)
-        self.policy.on_access(self.path_keys(node), self.now)
+        keys, depths = self.path_keys(node)
+        self.policy.on_access(keys, self.now, depths)
         tokens, matched = params.key.token_ids, result.device_prefix_len
         self.pending_missing = None
         if matched < len(params.key):
@@ -125,7 +132,8 @@ class PolicyDriver(CacheView):
             return
         if isinstance(node, int):
             node = self.tree_core.node_by_id(node)
-        self.policy.on_access(self.path_keys(node), max(self.now, 0))
+        keys, depths = self.path_keys(node)
+        self.policy.on_access(keys, max(self.now, 0), depths)
 
     def on_split(self, upper, lower) -> None:
         if self.sim_keys:

@@ -8,7 +8,8 @@ accesses, splits and evictions so that it can keep its own state (recency, phase
 marks) identically in every engine.
 
 Engine protocol, per request at time ``now``:
-  ``on_access(keys, now)``            the request's cached path (hits) and its new node
+  ``on_access(keys, now, depths)``    the request's cached path (hits) and its new node;
+                                      ``depths``: tokens from the root to each node's end
   ``begin_eviction(missing, now)``    room is needed; ``missing`` is the key of the first
                                       block the request did not find (LARU's line 14)
   ``pick_victim(leaves, now)``        repeatedly, until enough tokens are free
@@ -57,7 +58,7 @@ class LeafPolicy(ABC):
         self.view = view
         return self
 
-    def on_access(self, keys: Sequence[int], now: int) -> None:
+    def on_access(self, keys: Sequence[int], now: int, depths: Sequence[int] | None = None) -> None:
         for key in keys:
             self.last_access[key] = now
 
@@ -109,16 +110,30 @@ class _Predictive(LeafPolicy):
         self.stats.extra.update(predictor_fallbacks=0)
         self._warned = False
 
-    def on_access(self, keys, now):
-        super().on_access(keys, now)
+    def on_access(self, keys, now, depths=None):
+        super().on_access(keys, now, depths)
+        observe_node = getattr(self.predictor, "observe_node", None)
+        if observe_node is not None and depths is not None:
+            for key, depth in zip(keys, depths):
+                observe_node(key, now, depth)
+            return
         observe = getattr(self.predictor, "observe", None)
         if observe is not None:
             for key in keys:
                 observe(key, now)
 
+    def on_split(self, key, lower_key):
+        super().on_split(key, lower_key)
+        split = getattr(self.predictor, "on_split", None)
+        if split is not None:
+            split(key, lower_key)
+
     def on_evicted(self, key):
         super().on_evicted(key)
         self.table.forget(key)
+        forget = getattr(self.predictor, "forget", None)
+        if forget is not None:
+            forget(key)
 
     def predicted_victim(self, candidates: list[int], now: int) -> int | None:
         """The candidate predicted to return last (ties: least recent); None on failure."""
@@ -213,8 +228,8 @@ class LARU(_Predictive):
     def window(self) -> int:
         return max(math.floor(self.lam * self.k), 1)
 
-    def on_access(self, keys, now):
-        super().on_access(keys, now)
+    def on_access(self, keys, now, depths=None):
+        super().on_access(keys, now, depths)
         self.old.difference_update(keys)
         # Cached again: the eviction that line 14 asks about is no longer its latest.
         self.evicted_by_prediction.difference_update(keys)
@@ -279,8 +294,8 @@ class RLT(LeafPolicy):
         self._latest_time = -1
         self.stats.extra.update(phases=0)
 
-    def on_access(self, keys, now):
-        super().on_access(keys, now)
+    def on_access(self, keys, now, depths=None):
+        super().on_access(keys, now, depths)
         if now != self._latest_time:
             self._latest, self._latest_time = set(), now
         self._latest.update(keys)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from lcr.errors import LcrInputError
+from lcr.kv.features import NodeFeatures
 from lcr.kv.requests import BlockWorkload
 from lcr.policies.rng import SplitMix64
 from lcr.predict.base import Predictor
@@ -68,30 +69,37 @@ def make_path_predictor(kind: str, workload: BlockWorkload, noise: float, seed: 
     return make_online_predictor("lightgbm", seed=seed)
 
 
-class RecentIntervalsPredictor(Predictor):
-    """Online estimate for serving: next access = last access + mean of the node's last
-    ten access intervals (NaN until a node has been seen twice)."""
+class FeaturePredictor(Predictor):
+    """Base of in-process learned predictors: keeps ``NodeFeatures`` from real accesses
+    (engines call ``observe_node`` with each node's tokens from the root)."""
+
+    def __init__(self):
+        self.features = NodeFeatures()
+
+    def observe(self, key: int, t: int) -> None:
+        self.features.observe(key, t)
+
+    def observe_node(self, key: int, t: int, tokens_from_root: int) -> None:
+        self.features.observe(key, t, tokens_from_root)
+
+    def on_split(self, key: int, lower_key: int) -> None:
+        self.features.split(key, lower_key)
+
+    def forget(self, key: int) -> None:
+        self.features.forget(key)
+
+
+class RecentIntervalsPredictor(FeaturePredictor):
+    """Serving default until a trained model is plugged in: next access = last access +
+    mean of the node's recent intervals (NaN until a node has been seen twice)."""
 
     name = "intervals"
 
-    def __init__(self, history: int = 10):
-        self.history = history
-        self._last: dict[int, int] = {}
-        self._intervals: dict[int, list[int]] = {}
-
-    def observe(self, key: int, t: int) -> None:
-        last = self._last.get(key)
-        if last is not None and t > last:
-            gaps = self._intervals.setdefault(key, [])
-            gaps.append(t - last)
-            del gaps[:-self.history]
-        self._last[key] = t
-
     def predict(self, keys: Sequence[int], now: int) -> list[float]:
-        out = []
+        last, intervals, out = self.features.last, self.features.intervals, []
         for key in keys:
-            gaps = self._intervals.get(key)
-            out.append(self._last[key] + sum(gaps) / len(gaps) if gaps else float("nan"))
+            gaps = intervals.get(key)
+            out.append(last[key] + sum(gaps) / len(gaps) if gaps else float("nan"))
         return out
 
 

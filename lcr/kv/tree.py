@@ -53,8 +53,8 @@ class RadixTree(CacheView):
         """Serve one request at time ``now``; return its cached (hit) tokens."""
         paths, tokens = request.paths, request.tokens
         last, matched, path = self.match(paths)
-        self.policy.on_access([n.key for n in path], now)
         hit_tokens = sum(tokens[:matched])
+        self.policy.on_access([n.key for n in path], now, _depths(path))
         if matched == len(paths):
             return hit_tokens
         self.lock(last)
@@ -68,7 +68,7 @@ class RadixTree(CacheView):
                 fit += 1
             if fit > matched:
                 node = self.insert(last, paths[matched:fit], tokens[matched:fit])
-                self.policy.on_access([node.key], now)
+                self.policy.on_access([node.key], now, [hit_tokens + node.size])
         finally:
             self.unlock(last)
         return hit_tokens
@@ -162,3 +162,12 @@ class RadixTree(CacheView):
             self.leaves[node.key] = node
         self.policy.on_split(upper.key, node.key)
         return upper
+
+
+def _depths(path: list[Node]) -> list[int]:
+    """Tokens from the root to the end of each node on a root-down path."""
+    out, total = [], 0
+    for node in path:
+        total += node.size
+        out.append(total)
+    return out
