@@ -264,3 +264,14 @@ def test_node_features_follow_real_accesses():
     assert rows[0, HISTORY] > rows[1, HISTORY] > 0  # more recent, more frequent: larger EDC
     assert np.isnan(rows[2]).all()
     assert predictor.predict([shared, 999], now=3)[0] == 3.0
+
+
+def test_node_features_are_bounded_and_drop_the_least_recently_seen():
+    from lcr.kv.features import NodeFeatures
+
+    f = NodeFeatures(max_keys=2)
+    f.observe(1, 0, 10)
+    f.observe(2, 1, 10)
+    f.observe(1, 2, 10)
+    f.observe(3, 3, 10)
+    assert set(f.last) == {1, 3} and 2 not in f.depth

@@ -3,7 +3,9 @@
 For each node key: the last ten access intervals, ten exponentially decayed access
 counters (EDCs) with half-lives 1, 2, 4, ... 512 time units, and the tokens from the
 root to the node's end (its position in the prompt). Engines feed it real accesses
-only; ``matrix`` gives one row per key for a batch prediction.
+only; ``matrix`` gives one row per key for a batch prediction. A key's history outlives
+its eviction (a prefix that comes back is the case that matters), up to ``max_keys``
+keys, beyond which the least recently seen key is dropped.
 """
 from __future__ import annotations
 
@@ -18,8 +20,9 @@ WIDTH = HISTORY + len(HALF_LIVES) + 1
 
 
 class NodeFeatures:
-    def __init__(self):
-        self.last: dict[int, int] = {}
+    def __init__(self, max_keys: int = 1 << 20):
+        self.max_keys = max_keys
+        self.last: dict[int, int] = {}  # insertion order = least recently seen first
         self.intervals: dict[int, list[int]] = {}
         self._edc: dict[int, list[float]] = {}
         self.depth: dict[int, int] = {}
@@ -37,9 +40,12 @@ class NodeFeatures:
             gaps.append(now - last)
             del gaps[:-HISTORY]
             self._edc[key] = [1.0 + c * math.exp(-d * (now - last)) for c, d in zip(edc, self._decay)]
+        self.last.pop(key, None)
         self.last[key] = now
         if tokens_from_root is not None:
             self.depth[key] = tokens_from_root
+        if len(self.last) > self.max_keys:
+            self.forget(next(iter(self.last)))
 
     def split(self, key: int, lower_key: int) -> None:
         """A node was cut in two: its lower part keeps the node's history and depth."""

@@ -131,9 +131,6 @@ class _Predictive(LeafPolicy):
     def on_evicted(self, key):
         super().on_evicted(key)
         self.table.forget(key)
-        forget = getattr(self.predictor, "forget", None)
-        if forget is not None:
-            forget(key)
 
     def predicted_victim(self, candidates: list[int], now: int) -> int | None:
         """The candidate predicted to return last (ties: least recent); None on failure."""

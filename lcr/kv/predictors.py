@@ -85,9 +85,6 @@ class FeaturePredictor(Predictor):
     def on_split(self, key: int, lower_key: int) -> None:
         self.features.split(key, lower_key)
 
-    def forget(self, key: int) -> None:
-        self.features.forget(key)
-
 
 class RecentIntervalsPredictor(FeaturePredictor):
     """Serving default until a trained model is plugged in: next access = last access +
