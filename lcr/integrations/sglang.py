@@ -60,7 +60,7 @@ class PolicyDriver(CacheView):
         self.pending_missing: int | None = None
         self._keys: dict[int, int] = {}  # node id -> key (serving mode)
         self._seen_requests: OrderedDict[str, None] = OrderedDict()
-        self.predictor_seconds = 0.0
+        self.policy_seconds = 0.0
         self._log_every = 100
         self._logged_prediction = False
 
@@ -153,7 +153,7 @@ class PolicyDriver(CacheView):
         by_key = {self.key_of(node): node for node in leaves}
         started = time.perf_counter()
         key = self.policy.pick_victim(list(by_key), max(self.now, 0))
-        self.predictor_seconds += time.perf_counter() - started
+        self.policy_seconds += time.perf_counter() - started
         node = by_key[key]
         self.policy.on_evicted(key)
         self._keys.pop(node.id, None)
@@ -171,7 +171,7 @@ class PolicyDriver(CacheView):
                 "prediction_evictions": stats["prediction_evictions"],
                 "predictor_fallbacks": stats.get("predictor_fallbacks", 0),
                 "prediction_induced_misses": stats.get("prediction_induced_misses", 0),
-                "policy_seconds": round(self.predictor_seconds, 6)}
+                "policy_seconds": round(self.policy_seconds, 6)}
 
 
 class PolicyFullComponent(FullComponent):
