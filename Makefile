@@ -7,6 +7,10 @@ BIN    := $(VENV)/bin
 DATA   ?= ../shared/data
 OUT    ?= demo-out
 TORCH_VERSION ?= 2.13.0
+# SGLANG=1 make test: also install SGLang 0.5.23 without CUDA (about 2 GB, mostly torch
+# and triton) so the SGLang integration tests run instead of skipping.
+SGLANG ?= 0
+TEST_INSTALLS := $(VENV)/.installed-test $(if $(filter 1,$(SGLANG)),$(VENV)/.installed-sglang)
 NATIVE_SOURCES := $(wildcard csrc/*/*.cpp csrc/*/*.h csrc/*/*.cu csrc/*/*.cuh)
 
 .PHONY: demo test clean
@@ -26,6 +30,10 @@ $(VENV)/.installed-test: $(VENV)/.installed
 	$(BIN)/python -m pip install -q -e '.[test]'
 	touch $@
 
+$(VENV)/.installed-sglang: $(VENV)/.installed-test sglang_patch/requirements-cpu.txt
+	$(BIN)/python -m pip install -q --no-deps -r sglang_patch/requirements-cpu.txt
+	touch $@
+
 demo: $(VENV)/.installed
 	$(BIN)/lcr sim zipf:requests=1000000,keys=100000,alpha=0.9,seed=0 \
 	    --cache 1%,5%,10% --policies lru,opt,fpb,hf,laru --predictor oracle --noise 0,0.25,0.5,0.75,1 \
@@ -36,7 +44,7 @@ demo: $(VENV)/.installed
 	    --json $(OUT)/web07.json --plot $(OUT)/web07.png; \
 	else echo "($(DATA) not found: skipping the real-trace demo)"; fi
 
-test: $(VENV)/.installed-test
+test: $(TEST_INSTALLS)
 	$(BIN)/python -m pytest -q
 
 clean:

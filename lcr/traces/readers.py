@@ -64,6 +64,7 @@ def read_mooncake(path: Path, limit: int | None = None) -> Trace:
     keys: list[int] = []
     offsets = [0]
     stamps: list[float] = []
+    lengths: list[int] = []
     for number, line in _lines(path):
         try:
             request = json.loads(line)
@@ -76,11 +77,13 @@ def read_mooncake(path: Path, limit: int | None = None) -> Trace:
         keys.extend(blocks)
         offsets.append(len(keys))
         stamps.extend([float(request.get("timestamp", len(offsets) - 2))] * len(blocks))
+        length = request.get("input_length")
+        lengths.append(length if isinstance(length, int) and length > 0 else 512 * len(blocks))
         if limit is not None and len(offsets) - 1 >= limit:
             break
     return Trace(np.array(keys, dtype=np.int64), path.name, timestamps=np.array(stamps),
                  request_offsets=np.array(offsets, dtype=np.int64),
-                 meta={"block_tokens": 512, "requests": len(offsets) - 1})
+                 meta={"block_tokens": 512, "requests": len(offsets) - 1, "input_lengths": lengths})
 
 
 ORACLE_GENERAL = np.dtype([("time", "<u4"), ("obj_id", "<u8"), ("size", "<u4"), ("next_vtime", "<i8")])

@@ -1,0 +1,1 @@
+"""Adapters that put lcr's policies inside serving engines (optional dependencies)."""

@@ -1,0 +1,286 @@
+"""lcr's leaf-eviction policies inside SGLang 0.5.23's radix cache.
+
+SGLang's default tree cache is ``UnifiedRadixCache``; its FULL component chooses
+device-eviction victims (``_evict_device_start`` / ``_evict_device_next_node``) and
+its TreeCore splits nodes. ``PolicyRadixCache`` swaps in a FULL component and a
+Python TreeCore that forward those moments to one ``lcr.kv`` ``LeafPolicy`` through
+a ``PolicyDriver``, so SGLang's tree makes exactly the choices lcr's own tree makes.
+SGLang keeps the locks: a victim is only ever picked from its evictable leaves.
+
+The backends register as ``lcr-laru``, ``lcr-fpb``, ``lcr-hf`` and ``lcr-rlt`` (see
+``register_backends``; ``sglang_patch`` calls it from SGLang's plugin hook).
+"""
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from typing import Callable
+
+from sglang.srt.mem_cache.registry import create_unified_radix_cache, register_radix_cache_backend
+from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
+from sglang.srt.mem_cache.unified_cache.components.full import FullComponent
+from sglang.srt.mem_cache.unified_cache.tree_core_registry import (register_tree_core_backend,
+                                                                    registered_tree_core_backends)
+from sglang.srt.mem_cache.unified_cache.unified_tree_core import UnifiedTreeCore
+from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
+
+from lcr.integrations.sglang_config import PolicyConfig, build_policy
+from lcr.kv.policies import CacheView, LeafPolicy
+
+log = logging.getLogger("lcr.sglang")
+
+TREE_CORE_NAME = "lcr-python"
+BACKEND_PREFIX = "lcr-"
+_REMEMBERED_REQUESTS = 4096  # waiting requests are re-matched every round; count each once
+
+
+def prefix_key(parent_key: int, first_tokens) -> int:
+    """Serving-mode node key: a hash of the prefix through the node's first page."""
+    return hash((parent_key, tuple(first_tokens)))
+
+
+def first_token_key(node) -> int:
+    """Simulation-mode node key: ``lcr sim-kv`` writes each block as copies of its path
+    id, so a node's first token *is* the path id lcr's own tree uses."""
+    return int(node.key.token_ids[0])
+
+
+class PolicyDriver(CacheView):
+    """Feeds one ``LeafPolicy`` from SGLang's tree and counts what it did."""
+
+    def __init__(self, policy: LeafPolicy, *, capacity_tokens: int, page_size: int = 1,
+                 sim_keys: bool = False):
+        self.policy = policy.bind(self)
+        self.capacity_tokens = capacity_tokens
+        self.page_size = max(1, page_size)
+        self.sim_keys = sim_keys
+        self.tree_core = None
+        self.now = -1
+        self.pending_missing: int | None = None
+        self._keys: dict[int, int] = {}  # node id -> key (serving mode)
+        self._seen_requests: OrderedDict[str, None] = OrderedDict()
+        self.policy_seconds = 0.0
+        self._log_every = 100
+        self._logged_prediction = False
+
+    # Keys ---------------------------------------------------------------------------
+    def key_of(self, node) -> int:
+        if self.sim_keys:
+            return first_token_key(node)
+        key = self._keys.get(node.id)
+        if key is None:
+            parent = node.parent
+            parent_key = 0 if parent is None or parent is self.tree_core.root_node else self.key_of(parent)
+            key = self._keys[node.id] = prefix_key(parent_key, node.key.token_ids[:self.page_size])
+        return key
+
+    def path_keys(self, node) -> tuple[list[int], list[int]]:
+        """Keys root-down to ``node``, and the tokens from the root to each one's end."""
+        nodes, root = [], self.tree_core.root_node
+        while node is not None and node is not root:
+            nodes.append(node)
+            node = node.parent
+        nodes.reverse()
+        depths, total = [], 0
+        for n in nodes:
+            total += len(n.key)
+            depths.append(total)
+        return [self.key_of(n) for n in nodes], depths
+
+    # CacheView ----------------------------------------------------------------------
+    def cached_keys(self):
+        return [self.key_of(n) for n in self._cached_nodes()]
+
+    def tokens_of(self, keys):
+        keys = set(keys)
+        return sum(len(n.key) for n in self._cached_nodes() if self.key_of(n) in keys)
+
+    def _cached_nodes(self):
+        stack, root = list(self.tree_core.root_node.children.values()), self.tree_core.root_node
+        while stack:
+            node = stack.pop()
+            if node is not root and node.component_data[ComponentType.FULL].value is not None:
+                yield node
+            stack.extend(node.children.values())
+
+    # Tree events --------------------------------------------------------------------
+    def on_match(self, params, result) -> None:
+        rid = getattr(getattr(params, "req", None), "rid", None)
+        if rid is not None:
+            if rid in self._seen_requests:
+                return
+            self._seen_requests[rid] = None
+            if len(self._seen_requests) > _REMEMBERED_REQUESTS:
+                self._seen_requests.popitem(last=False)
+        self.now += 1
+        node = self.tree_core.node_by_id(result.last_device_node)
+        keys, depths = self.path_keys(node)
+        self.policy.on_access(keys, self.now, depths)
+        tokens, matched = params.key.token_ids, result.device_prefix_len
+        self.pending_missing = None
+        if matched < len(params.key):
+            if self.sim_keys:
+                self.pending_missing = int(tokens[matched])
+            else:
+                parent_key = self.key_of(node) if node is not self.tree_core.root_node else 0
+                self.pending_missing = prefix_key(parent_key, tokens[matched:matched + self.page_size])
+
+    def on_insert(self, result) -> None:
+        node = result.last_device_node
+        if node is None:
+            return
+        if isinstance(node, int):
+            node = self.tree_core.node_by_id(node)
+        keys, depths = self.path_keys(node)
+        self.policy.on_access(keys, max(self.now, 0), depths)
+
+    def on_split(self, upper, lower) -> None:
+        if self.sim_keys:
+            self.policy.on_split(first_token_key(upper), first_token_key(lower))
+            return
+        old = self._keys.pop(lower.id, None)
+        if old is None:
+            return
+        self._keys[upper.id] = old
+        new = self._keys[lower.id] = prefix_key(old, lower.key.token_ids[:self.page_size])
+        self.policy.on_split(old, new)
+
+    def begin_eviction(self) -> None:
+        self.policy.begin_eviction(self.pending_missing, max(self.now, 0))
+
+    def pick(self, leaves) -> object:
+        by_key = {self.key_of(node): node for node in leaves}
+        started = time.perf_counter()
+        key = self.policy.pick_victim(list(by_key), max(self.now, 0))
+        self.policy_seconds += time.perf_counter() - started
+        node = by_key[key]
+        self.policy.on_evicted(key)
+        self._keys.pop(node.id, None)
+        stats = self.policy.stats
+        first_prediction = stats.prediction_evictions == 1 and not self._logged_prediction
+        if first_prediction or stats.evictions % self._log_every == 0:
+            self._logged_prediction |= first_prediction
+            log.info("lcr %s metrics: %s", self.policy.name,
+                     " ".join(f"{k}={v}" for k, v in self.metrics().items()))
+        return node
+
+    def metrics(self) -> dict:
+        stats = self.policy.stats.as_dict()
+        return {"evictions": stats["evictions"],
+                "prediction_evictions": stats["prediction_evictions"],
+                "predictor_fallbacks": stats.get("predictor_fallbacks", 0),
+                "prediction_induced_misses": stats.get("prediction_induced_misses", 0),
+                "policy_seconds": round(self.policy_seconds, 6)}
+
+
+class PolicyFullComponent(FullComponent):
+    """SGLang's FULL component with victims chosen by the cache's ``PolicyDriver``."""
+
+    def __init__(self, cache, params):
+        super().__init__(cache, params)
+        self.driver: PolicyDriver = cache.driver
+
+    def _evict_device_start(self, request_cnt: int) -> None:
+        super()._evict_device_start(request_cnt)
+        self._evict_device_heap = []  # the driver decides, not SGLang's heap
+        self.driver.begin_eviction()
+
+    def _evict_device_next_node(self, tracker, device_frees, host_frees, cache_actions):
+        leaves = self.tree_core.evictable_device_leaves
+        if tracker[self.component_type] >= self._evict_device_request_cnt or not leaves:
+            return None
+        return self.driver.pick(leaves).id
+
+
+class PolicyTreeCore(UnifiedTreeCore):
+    """The Python TreeCore, telling the driver when a node is split in two."""
+
+    def __init__(self, params, components):
+        super().__init__(params, components)
+        self.driver: PolicyDriver = components[ComponentType.FULL].driver
+        self.driver.tree_core = self
+
+    def _split_node(self, key, child, split_len):
+        new_node, action = super()._split_node(key, child, split_len)
+        self.driver.on_split(new_node, child)
+        return new_node, action
+
+
+def _tree_core_factory(params, components):
+    return PolicyTreeCore(params, components)
+
+
+class PolicyRadixCache(UnifiedRadixCache):
+    """``UnifiedRadixCache`` whose evictions follow an lcr ``LeafPolicy``.
+
+    Options come from ``--radix-eviction-policy-config '<json>'`` (see
+    ``lcr.integrations.sglang_config``); they are consumed here and cleared so that
+    SGLang does not hand them to its built-in strategy.
+    """
+
+    policy_name = "laru"
+
+    def __init__(self, params, *, policy: LeafPolicy | None = None, sim_keys: bool = False):
+        config = PolicyConfig.parse(self.policy_name, params.eviction_policy_config)
+        params.eviction_policy_config = None
+        params.eviction_policy = "lru"
+        params.tree_core_backend = TREE_CORE_NAME
+        params.component_registry_override = {**(params.component_registry_override or {}),
+                                               ComponentType.FULL: PolicyFullComponent}
+        allocator = params.token_to_kv_pool_allocator
+        capacity = int(getattr(allocator, "size", 0) or 0)
+        self.driver = PolicyDriver(policy or build_policy(config, capacity, params.page_size),
+                                   capacity_tokens=capacity, page_size=params.page_size,
+                                   sim_keys=sim_keys)
+        super().__init__(params)
+        log.info("lcr: %s radix cache over %d tokens (%s)", self.policy_name, capacity, config.describe())
+
+    def match_prefix(self, params):
+        result = super().match_prefix(params)
+        self.driver.on_match(params, result)
+        return result
+
+    def insert(self, params):
+        result = super().insert(params)
+        self.driver.on_insert(result)
+        return result
+
+
+class LARURadixCache(PolicyRadixCache):
+    policy_name = "laru"
+
+
+class FPBRadixCache(PolicyRadixCache):
+    policy_name = "fpb"
+
+
+class HFRadixCache(PolicyRadixCache):
+    policy_name = "hf"
+
+
+class RLTRadixCache(PolicyRadixCache):
+    policy_name = "rlt"
+
+
+CACHE_CLASSES: dict[str, type[PolicyRadixCache]] = {
+    cls.policy_name: cls for cls in (LARURadixCache, FPBRadixCache, HFRadixCache, RLTRadixCache)}
+
+
+def _backend_factory(cache_class: type[PolicyRadixCache]) -> Callable:
+    def factory(ctx):
+        return create_unified_radix_cache(ctx, cache_class=cache_class)
+    return factory
+
+
+def register_backends() -> None:
+    """Register the TreeCore and one radix-cache backend per policy (idempotent:
+    SGLang raises on a second registration, and plugins load in every process)."""
+    from sglang.srt.mem_cache.registry import registered_radix_cache_backends
+
+    if TREE_CORE_NAME not in registered_tree_core_backends():
+        register_tree_core_backend(TREE_CORE_NAME, _tree_core_factory)
+    known = set(registered_radix_cache_backends())
+    for name, cls in CACHE_CLASSES.items():
+        if BACKEND_PREFIX + name not in known:
+            register_radix_cache_backend(BACKEND_PREFIX + name, _backend_factory(cls))

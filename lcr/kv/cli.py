@@ -1,0 +1,129 @@
+"""`lcr sim-kv`: replay prefix-block traces through radix caches and report token hit rates."""
+from __future__ import annotations
+
+import math
+import sys
+
+from lcr.errors import LcrInputError
+from lcr.kv.predictors import parse_predictor
+from lcr.kv.requests import BLOCK_TOKENS, build_workload
+from lcr.kv.sim import ENGINES, POLICIES, run_sweep
+
+
+def parse_cache_tokens(text: str, distinct_tokens: int) -> list[int]:
+    """``200000,5%``: token counts, or percentages of the trace's distinct tokens."""
+    out = []
+    for item in filter(None, (s.strip() for s in text.split(","))):
+        try:
+            value = float(item[:-1]) / 100 * distinct_tokens if item.endswith("%") else float(item)
+        except ValueError:
+            raise LcrInputError(f"--cache-tokens: {item!r} is neither a number nor a percentage") from None
+        if not math.isfinite(value) or value < 1:
+            raise LcrInputError(f"--cache-tokens: {item!r} gives no room; sizes must be at least 1 token")
+        out.append(round(value))
+    if not out:
+        raise LcrInputError("--cache-tokens: give at least one size")
+    return out
+
+
+def parse_policies(text: str) -> list[str]:
+    names = [s.strip() for s in text.split(",") if s.strip()]
+    for name in names:
+        if name not in POLICIES:
+            raise LcrInputError(f"unknown policy {name!r}; valid: {', '.join(POLICIES)}")
+    if not names:
+        raise LcrInputError("--policies: give at least one policy")
+    return names
+
+
+def parse_noises(text: str) -> list[float]:
+    out = []
+    for item in filter(None, (s.strip() for s in text.split(","))):
+        try:
+            value = float(item)
+        except ValueError:
+            raise LcrInputError(f"--noise: {item!r} is not a number") from None
+        if not 0 <= value <= 1:
+            raise LcrInputError(f"--noise: {item!r} must be a probability in [0, 1]")
+        out.append(value)
+    return out or [0.0]
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "sim-kv", help="replay prefix-block traces through radix (KV prefix) caches",
+        description="Replay a prefix-block trace (Mooncake JSONL, or the online_qa/aibrix "
+                    "generators) through a radix cache of a token capacity; print token hit "
+                    "rate and cost ratio (missed tokens / OPT's) per policy and noise level.")
+    p.add_argument("trace", help="a Mooncake JSONL file or a generator spec, e.g. online_qa:conversations=500")
+    p.add_argument("--cache-tokens", required=True,
+                   help="cache sizes in tokens, or %% of the trace's distinct tokens (comma-separated)")
+    p.add_argument("--policies", default="lru,laru,fpb,hf,rlt,opt",
+                   help=f"comma-separated, from {', '.join(POLICIES)}")
+    p.add_argument("--predictor", default="oracle", help="oracle, noisy:P, or lightgbm")
+    p.add_argument("--noise", default=None,
+                   help="worst-case noise probabilities for oracle predictions, e.g. 0,0.5,1")
+    p.add_argument("--engine", default="lcr", choices=ENGINES,
+                   help="lcr: lcr's own tree; sglang: SGLang's tree in simulation mode")
+    p.add_argument("--block-tokens", type=int, default=BLOCK_TOKENS, help="tokens per full block")
+    p.add_argument("--limit", type=int, help="replay only the first N requests")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", help="write results as JSON here")
+    p.add_argument("--plot", help="write the robustness plot (hit rate vs noise) here")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from lcr.traces import load_trace
+
+    policies = parse_policies(args.policies)
+    kind, fixed_noise = parse_predictor(args.predictor)
+    if fixed_noise is not None and args.noise is not None:
+        raise LcrInputError("give the noise either as --predictor noisy:P or as --noise, not both")
+    noises = [fixed_noise] if fixed_noise is not None else parse_noises(args.noise or "0")
+    if args.limit is not None and args.limit < 1:
+        raise LcrInputError("--limit must be at least 1")
+    trace = load_trace(args.trace, None, None)
+    if args.limit is not None and trace.request_offsets is not None:
+        trace = trace.head(int(trace.request_offsets[min(args.limit, len(trace.request_offsets) - 1)]))
+    workload = build_workload(trace, args.block_tokens)
+    capacities = parse_cache_tokens(args.cache_tokens, workload.distinct_tokens)
+    results = run_sweep(workload, capacities, policies, noises, predictor=kind, engine=args.engine,
+                        seed=args.seed)
+    print(f"# {workload.name}: {len(workload):,} requests, {workload.total_tokens:,} tokens "
+          f"({workload.distinct_tokens:,} distinct); engine {args.engine}, predictor {args.predictor}")
+    print(format_table(results))
+    if args.json:
+        write_json(args.json, results, trace=workload.name, requests=len(workload),
+                   total_tokens=workload.total_tokens, distinct_tokens=workload.distinct_tokens,
+                   engine=args.engine, predictor=args.predictor, seed=args.seed)
+    if args.plot:
+        from lcr.kv.plot import plot_robustness
+
+        plot_robustness(results, args.plot, title=f"{workload.name} ({args.predictor} predictions)")
+    sys.stdout.flush()
+    return 0
+
+
+def format_table(results) -> str:
+    header = ("policy", "cache tokens", "noise", "token hit rate", "cost ratio", "pred evictions",
+              "pred calls")
+    rows = [(r.policy, str(r.cache_tokens), "-" if r.noise is None else f"{r.noise:g}",
+             f"{r.hit_rate:.4f}", "-" if r.cost_ratio is None else f"{r.cost_ratio:.3f}",
+             str(r.stats.get("prediction_evictions", 0)), str(r.stats.get("predictor_calls", 0)))
+            for r in results]
+    widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(header)]
+    line = lambda cells: "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths)))  # noqa: E731
+    return "\n".join([line(header), line(["-" * w for w in widths]), *map(line, rows)])
+
+
+def write_json(path, results, **context) -> None:
+    import json
+    from pathlib import Path
+
+    from lcr.sim.report import machine_description
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    doc = {**context, "machine": machine_description(), "results": [r.as_dict() for r in results]}
+    path.write_text(json.dumps(doc, indent=1, default=float))

@@ -1,0 +1,150 @@
+"""Next-use predictors for tree nodes, built from the trace (experiments).
+
+A node is named by the path id of its first block; its next use is the next request
+that needs that block. ``PathOracle`` answers exactly that, and with ``noise`` = p
+replaces each answer, with probability p, by its negative: the worst case of paper
+Figure 13. The coin is a hash of (seed, key, now), so every engine, and every call
+order, sees the same predictions.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from lcr.errors import LcrInputError
+from lcr.kv.features import NodeFeatures
+from lcr.kv.requests import BlockWorkload
+from lcr.policies.rng import SplitMix64
+from lcr.predict.base import Predictor
+
+_MASK = (1 << 64) - 1
+
+
+class PathOracle(Predictor):
+    def __init__(self, workload: BlockWorkload, noise: float = 0.0, seed: int = 0):
+        if not 0 <= noise <= 1:
+            raise LcrInputError(f"noise must be a probability in [0, 1], got {noise:g}")
+        self.workload = workload
+        self.noise = float(noise)
+        self.seed = int(seed)
+        self.name = "oracle" if noise == 0 else f"noisy:{noise:g}"
+
+    def predict(self, keys: Sequence[int], now: int) -> list[float]:
+        next_use = self.workload.next_use
+        values = [next_use(key, now) for key in keys]
+        if self.noise > 0:
+            values = [-v if self._flip(key, now) else v for key, v in zip(keys, values)]
+        return values
+
+    def _flip(self, key: int, now: int) -> bool:
+        draw = SplitMix64((self.seed * 0x9E3779B97F4A7C15 + key * 0xBF58476D1CE4E5B9 + now) & _MASK)
+        return draw.next_u64() < self.noise * 2.0 ** 64
+
+
+def parse_predictor(text: str) -> tuple[str, float | None]:
+    """``oracle``, ``noisy:P`` or ``lightgbm``; returns (kind, fixed noise or None)."""
+    kind, _, arg = text.partition(":")
+    if kind == "oracle" and not arg:
+        return "oracle", None
+    if kind == "noisy":
+        try:
+            p = float(arg)
+        except ValueError:
+            raise LcrInputError(f"--predictor {text!r}: expected noisy:P with P in [0, 1]") from None
+        if not 0 <= p <= 1:
+            raise LcrInputError(f"--predictor {text!r}: P must be in [0, 1]")
+        return "oracle", p
+    if kind == "lightgbm":
+        return "lightgbm", None
+    raise LcrInputError(f"unknown predictor {text!r}; valid: oracle, noisy:P, lightgbm")
+
+
+def make_path_predictor(kind: str, workload: BlockWorkload, noise: float, seed: int) -> Predictor:
+    if kind == "oracle":
+        return PathOracle(workload, noise, seed)
+    # Fits run inline in the simulator so that a replay is reproducible.
+    return LightGBMNodePredictor(seed=seed, background=False)
+
+
+class LightGBMNodePredictor(Predictor):
+    """lcr's online LightGBM model (``lcr.predict``) over tree nodes: the paper's LLM
+    features (10 intervals, 10 EDCs) plus the node's tokens from the root as static
+    metadata. Serving fits in the background so evictions never wait for training."""
+
+    name = "lightgbm"
+
+    def __init__(self, seed: int = 0, background: bool = True):
+        from lcr.predict.features import FeatureConfig
+        from lcr.predict.lightgbm_model import LightGBMConfig, LightGBMPredictor
+
+        self.model = LightGBMPredictor(LightGBMConfig(
+            seed=seed, background=background, features=FeatureConfig(static_fields=("tokens_from_root",))))
+
+    def observe(self, key: int, t: int) -> None:
+        self.model.observe(key, t)
+
+    def observe_node(self, key: int, t: int, tokens_from_root: int) -> None:
+        self.model.observe(key, t, (float(tokens_from_root),))
+
+    def predict(self, keys: Sequence[int], now: int):
+        return self.model.predict(keys, now)
+
+
+class FeaturePredictor(Predictor):
+    """Base of in-process learned predictors: keeps ``NodeFeatures`` from real accesses
+    (engines call ``observe_node`` with each node's tokens from the root)."""
+
+    def __init__(self):
+        self.features = NodeFeatures()
+
+    def observe(self, key: int, t: int) -> None:
+        self.features.observe(key, t)
+
+    def observe_node(self, key: int, t: int, tokens_from_root: int) -> None:
+        self.features.observe(key, t, tokens_from_root)
+
+    def on_split(self, key: int, lower_key: int) -> None:
+        self.features.split(key, lower_key)
+
+
+class RecentIntervalsPredictor(FeaturePredictor):
+    """Serving default until a trained model is plugged in: next access = last access +
+    mean of the node's recent intervals (NaN until a node has been seen twice)."""
+
+    name = "intervals"
+
+    def predict(self, keys: Sequence[int], now: int) -> list[float]:
+        last, intervals, out = self.features.last, self.features.intervals, []
+        for key in keys:
+            gaps = intervals.get(key)
+            out.append(last[key] + sum(gaps) / len(gaps) if gaps else float("nan"))
+        return out
+
+
+class ServicePredictor(Predictor):
+    """A shared prediction service: POST {"keys": [...], "now": t} -> {"predictions": [...]}.
+
+    Unreachable at start is a clear error; failures later raise, and the policy falls
+    back to LRU for that eviction."""
+
+    name = "service"
+
+    def __init__(self, url: str, timeout_s: float = 0.05, check: bool = True):
+        self.url = url
+        self.timeout_s = timeout_s
+        if check:
+            try:
+                self.predict([], 0)
+            except Exception as err:  # noqa: BLE001
+                raise LcrInputError(f"predictor service {url} is unreachable ({err})") from None
+
+    def predict(self, keys: Sequence[int], now: int) -> list[float]:
+        import json
+        import urllib.request
+
+        body = json.dumps({"keys": [int(k) for k in keys], "now": int(now)}).encode()
+        request = urllib.request.Request(self.url, body, {"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=self.timeout_s) as reply:
+            values = json.loads(reply.read())["predictions"]
+        if len(values) != len(keys):
+            raise ValueError(f"service answered {len(values)} predictions for {len(keys)} keys")
+        return [float("nan") if v is None else float(v) for v in values]

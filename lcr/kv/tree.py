@@ -1,0 +1,173 @@
+"""lcr's own radix tree over prefix blocks: the fast engine of ``lcr sim-kv``.
+
+It follows the shape of SGLang's tree so that both engines make the same decisions:
+a node is a run of blocks inserted together (the part of a request that was not
+cached), a later request that diverges inside a node splits it, a request's cached
+path is locked while its new blocks are allocated, and eviction removes whole
+unlocked leaves, one policy choice at a time, until enough tokens are free.
+"""
+from __future__ import annotations
+
+from lcr.kv.policies import CacheView, LeafPolicy
+from lcr.kv.requests import BlockRequest
+
+
+class Node:
+    __slots__ = ("paths", "tokens", "size", "parent", "children", "locks")
+
+    def __init__(self, paths: tuple[int, ...], tokens: tuple[int, ...], parent: "Node | None"):
+        self.paths = paths
+        self.tokens = tokens
+        self.size = sum(tokens)
+        self.parent = parent
+        self.children: dict[int, Node] = {}
+        self.locks = 0
+
+    @property
+    def key(self) -> int:
+        """The path id of the node's first block: what policies and predictors see."""
+        return self.paths[0]
+
+
+class RadixTree(CacheView):
+    def __init__(self, capacity_tokens: int, policy: LeafPolicy):
+        if capacity_tokens < 1:
+            raise ValueError(f"cache capacity must be at least 1 token, got {capacity_tokens}")
+        self.capacity_tokens = int(capacity_tokens)
+        self.policy = policy.bind(self)
+        self.root = Node((), (), None)
+        self.used_tokens = 0
+        self.nodes: dict[int, Node] = {}
+        self.leaves: dict[int, Node] = {}  # childless cached nodes, locked or not
+
+    # CacheView
+    def cached_keys(self):
+        return self.nodes.keys()
+
+    def tokens_of(self, keys):
+        nodes = self.nodes
+        return sum(nodes[k].size for k in keys if k in nodes)
+
+    # Serving
+    def serve(self, request: BlockRequest, now: int) -> int:
+        """Serve one request at time ``now``; return its cached (hit) tokens."""
+        paths, tokens = request.paths, request.tokens
+        last, matched, path = self.match(paths)
+        hit_tokens = sum(tokens[:matched])
+        self.policy.on_access([n.key for n in path], now, _depths(path))
+        if matched == len(paths):
+            return hit_tokens
+        self.lock(last)
+        try:
+            need = sum(tokens[matched:])
+            if need > self.free_tokens:
+                self.evict(need - self.free_tokens, paths[matched], now)
+            fit, room = matched, self.free_tokens
+            while fit < len(paths) and tokens[fit] <= room:
+                room -= tokens[fit]
+                fit += 1
+            if fit > matched:
+                node = self.insert(last, paths[matched:fit], tokens[matched:fit])
+                self.policy.on_access([node.key], now, [hit_tokens + node.size])
+        finally:
+            self.unlock(last)
+        return hit_tokens
+
+    @property
+    def free_tokens(self) -> int:
+        return self.capacity_tokens - self.used_tokens
+
+    def match(self, paths: tuple[int, ...]) -> tuple[Node, int, list[Node]]:
+        """The deepest cached node on ``paths``, how many blocks are cached, and the
+        cached nodes from the root down. A divergence inside a node splits it."""
+        node, i, path = self.root, 0, []
+        while i < len(paths):
+            child = node.children.get(paths[i])
+            if child is None:
+                break
+            common = 1
+            limit = min(len(child.paths), len(paths) - i)
+            while common < limit and child.paths[common] == paths[i + common]:
+                common += 1
+            if common < len(child.paths):
+                child = self._split(child, common)
+            node, i = child, i + common
+            path.append(node)
+            if common < limit or i == len(paths):
+                break
+        return node, i, path
+
+    def insert(self, parent: Node, paths: tuple[int, ...], tokens: tuple[int, ...]) -> Node:
+        node = Node(tuple(paths), tuple(tokens), parent)
+        if not parent.children and parent is not self.root:
+            self.leaves.pop(parent.key, None)
+        parent.children[node.key] = node
+        self.nodes[node.key] = node
+        self.leaves[node.key] = node
+        self.used_tokens += node.size
+        return node
+
+    def lock(self, node: Node) -> None:
+        while node is not self.root:
+            node.locks += 1
+            node = node.parent
+
+    def unlock(self, node: Node) -> None:
+        while node is not self.root:
+            node.locks -= 1
+            node = node.parent
+
+    def evictable_leaves(self) -> list[int]:
+        return [key for key, node in self.leaves.items() if not node.locks]
+
+    def evict(self, tokens: int, missing: int | None, now: int) -> int:
+        """Free at least ``tokens`` if the unlocked leaves allow; return what was freed."""
+        self.policy.begin_eviction(missing, now)
+        freed = 0
+        while freed < tokens:
+            leaves = self.evictable_leaves()
+            if not leaves:
+                break
+            victim = self.policy.pick_victim(leaves, now)
+            node = self.leaves.get(victim)
+            if node is None or node.locks:
+                raise RuntimeError(f"policy {self.policy.name} chose {victim}, not an evictable leaf")
+            freed += self._remove(node)
+            self.policy.on_evicted(victim)
+        return freed
+
+    def _remove(self, node: Node) -> int:
+        parent = node.parent
+        del parent.children[node.key]
+        del self.nodes[node.key]
+        del self.leaves[node.key]
+        if not parent.children and parent is not self.root:
+            self.leaves[parent.key] = parent
+        self.used_tokens -= node.size
+        return node.size
+
+    def _split(self, node: Node, at: int) -> Node:
+        """Cut ``node`` after ``at`` blocks; return the new upper part (same key)."""
+        upper = Node(node.paths[:at], node.tokens[:at], node.parent)
+        upper.locks = node.locks
+        node.paths, node.tokens = node.paths[at:], node.tokens[at:]
+        node.size -= upper.size
+        node.parent = upper
+        upper.children[node.key] = node
+        upper.parent.children[upper.key] = upper
+        self.nodes[upper.key] = upper
+        self.nodes[node.key] = node
+        if upper.key in self.leaves:
+            del self.leaves[upper.key]
+            self.leaves[node.key] = node
+        self.policy.on_split(upper.key, node.key)
+        return upper
+
+
+def _depths(path: list[Node]) -> list[int]:
+    """Tokens from the root to the end of each node on a root-down path."""
+    out, total = [], 0
+    for node in path:
+        total += node.size
+        out.append(total)
+    return out

@@ -1,0 +1,66 @@
+"""The SGLang launcher's flag translation and the backend options (no SGLang needed)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lcr.errors import LcrInputError
+from lcr.integrations.sglang_config import PolicyConfig, build_policy
+from lcr.kv.policies import HF, LARU, RLT
+from sglang_patch.launch_server import main, translate
+
+
+def test_lru_is_stock_sglang_untouched():
+    args = ["--model-path", "m", "--port", "30000"]
+    assert translate(["--cache-policy", "lru", *args]) == args
+    assert translate(args) == args
+
+
+def test_laru_selects_the_backend_and_passes_its_options_as_json():
+    out = translate(["--cache-policy", "laru", "--laru-b", "4", "--model-path", "m"])
+    assert out[:2] == ["--model-path", "m"]
+    assert out[2:4] == ["--radix-cache-backend", "lcr-laru"]
+    assert out[4] == "--radix-eviction-policy-config"
+    assert json.loads(out[5]) == {"b": 4.0}
+
+
+@pytest.mark.parametrize("policy", ["fpb", "hf", "rlt"])
+def test_every_policy_has_a_backend(policy):
+    assert translate(["--cache-policy", policy])[:2] == ["--radix-cache-backend", f"lcr-{policy}"]
+
+
+def test_unknown_policy_lists_the_valid_ones(capsys):
+    assert main(["--cache-policy", "belady", "--model-path", "m"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown --cache-policy 'belady'; valid: lru, laru, fpb, hf, rlt" in err
+    assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--cache-policy", "lru", "--laru-b", "2"], "stock SGLang"),
+    (["--cache-policy", "rlt", "--laru-b", "2"], "rlt options: unknown b"),
+    (["--cache-policy", "laru", "--radix-cache-backend", "x"], "sets --radix-cache-backend itself"),
+    (["--cache-policy", "laru", "--predictor-url", "http://127.0.0.1:9/predict"], "is unreachable"),
+])
+def test_bad_launcher_input_is_one_line(argv, message):
+    with pytest.raises(LcrInputError, match=message):
+        translate(argv)
+
+
+def test_options_json_is_validated():
+    with pytest.raises(LcrInputError, match="malformed JSON"):
+        PolicyConfig.parse("laru", "{b: 2")
+    with pytest.raises(LcrInputError, match="expected a JSON object"):
+        PolicyConfig.parse("laru", "[1]")
+    with pytest.raises(LcrInputError, match="unknown predictor 'magic'"):
+        PolicyConfig.parse("laru", {"predictor": "magic"})
+    with pytest.raises(LcrInputError, match="unknown cache policy 'mru'"):
+        PolicyConfig.parse("mru", {})
+
+
+def test_options_build_the_policy():
+    laru = build_policy(PolicyConfig.parse("laru", '{"b": 4, "shrink_every": 3}'), 10_000)
+    assert isinstance(laru, LARU) and laru.b == 4 and laru.shrink_every == 3
+    assert isinstance(build_policy(PolicyConfig.parse("hf", {"window": 8}), 10_000), HF)
+    assert isinstance(build_policy(PolicyConfig.parse("rlt", None), 10_000), RLT)
