@@ -5,6 +5,8 @@ import math
 import sys
 
 from lcr.errors import LcrInputError
+from lcr.sim.cli import split_policies
+from lcr.sim.sweep import PolicySpec
 from lcr.kv.predictors import parse_predictor
 from lcr.kv.requests import BLOCK_TOKENS, build_workload
 from lcr.kv.sim import ENGINES, POLICIES, run_sweep
@@ -26,14 +28,12 @@ def parse_cache_tokens(text: str, distinct_tokens: int) -> list[int]:
     return out
 
 
-def parse_policies(text: str) -> list[str]:
-    names = [s.strip() for s in text.split(",") if s.strip()]
-    for name in names:
-        if name not in POLICIES:
-            raise LcrInputError(f"unknown policy {name!r}; valid: {', '.join(POLICIES)}")
-    if not names:
+def parse_policies(text: str) -> list[PolicySpec]:
+    """``lru,laru:shrink_every=1;b=4``: commas separate policies, ';' their parameters."""
+    specs = [PolicySpec.parse(item, registry=POLICIES) for item in split_policies(text)]
+    if not specs:
         raise LcrInputError("--policies: give at least one policy")
-    return names
+    return specs
 
 
 def parse_noises(text: str) -> list[float]:

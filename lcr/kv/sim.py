@@ -10,27 +10,29 @@ from lcr.kv.predictors import make_path_predictor
 from lcr.kv.requests import BlockWorkload
 from lcr.kv.tree import RadixTree
 
-POLICIES = ("lru", "laru", "fpb", "hf", "rlt", "opt")
+
 PREDICTIVE = ("laru", "fpb", "hf")
 ENGINES = ("lcr", "sglang")
 
 
+# Each factory takes (workload, predictor, seed, **params); the workload serves OPT's exact future.
+_FACTORIES: dict[str, Callable[..., P.LeafPolicy]] = {
+    "lru": lambda workload, predictor, seed, **params: P.LRU(**params),
+    "laru": lambda workload, predictor, seed, **params: P.LARU(predictor, **params),
+    "fpb": lambda workload, predictor, seed, **params: P.FPB(predictor, **params),
+    "hf": lambda workload, predictor, seed, **params: P.HF(predictor, **params),
+    "rlt": lambda workload, predictor, seed, **params: P.RLT(seed=seed, **params),
+    "opt": lambda workload, predictor, seed, **params: P.FurthestNextUse(workload.next_use, **params),
+}
+POLICIES = tuple(_FACTORIES)
+
+
 def make_policy(name: str, workload: BlockWorkload, *, predictor=None, seed: int = 0,
                 **params) -> P.LeafPolicy:
-    """A fresh policy; ``workload`` serves OPT's exact future."""
-    if name == "lru":
-        return P.LRU()
-    if name == "laru":
-        return P.LARU(predictor, **params)
-    if name == "fpb":
-        return P.FPB(predictor)
-    if name == "hf":
-        return P.HF(predictor, **params)
-    if name == "rlt":
-        return P.RLT(seed=seed)
-    if name == "opt":
-        return P.FurthestNextUse(workload.next_use)
-    raise LcrInputError(f"unknown policy {name!r}; valid: {', '.join(POLICIES)}")
+    """A fresh policy of the registry above."""
+    if name not in _FACTORIES:
+        raise LcrInputError(f"unknown policy {name!r}; valid: {', '.join(POLICIES)}")
+    return _FACTORIES[name](workload, predictor, seed, **params)
 
 
 @dataclass
@@ -80,7 +82,7 @@ def replay_engine(engine: str) -> Callable[[BlockWorkload, int, P.LeafPolicy], i
     raise LcrInputError(f"unknown engine {engine!r}; valid: {', '.join(ENGINES)}")
 
 
-def run_sweep(workload: BlockWorkload, capacities: list[int], policies: list[str], noises: list[float],
+def run_sweep(workload: BlockWorkload, capacities: list[int], policies: list, noises: list[float],
               *, predictor: str = "oracle", engine: str = "lcr", seed: int = 0,
               progress: Callable[[str], None] | None = None) -> list[KVResult]:
     replay = replay_engine(engine)
@@ -91,7 +93,8 @@ def run_sweep(workload: BlockWorkload, capacities: list[int], policies: list[str
         opt = _result(workload, engine, "opt", capacity, None,
                       replay(workload, capacity, opt_policy), opt_policy)
         opt_missed = opt.missed_tokens
-        for name in policies:
+        for spec in policies:
+            name, label, params = _spec_parts(spec)
             levels = noises if name in PREDICTIVE else [None]
             for noise in levels:
                 if name == "opt":
@@ -99,14 +102,24 @@ def run_sweep(workload: BlockWorkload, capacities: list[int], policies: list[str
                 else:
                     pred = make_path_predictor(predictor, workload, noise or 0.0, seed) \
                         if name in PREDICTIVE else None
-                    policy = make_policy(name, workload, predictor=pred, seed=seed)
-                    result = _result(workload, engine, name, capacity, noise,
+                    try:
+                        policy = make_policy(name, workload, predictor=pred, seed=seed, **params)
+                    except (TypeError, ValueError) as err:
+                        raise LcrInputError(f"policy {label!r}: {err}") from None
+                    result = _result(workload, engine, label, capacity, noise,
                                      replay(workload, capacity, policy), policy)
                 result.cost_ratio = result.missed_tokens / opt_missed if opt_missed else None
                 results.append(result)
                 if progress:
                     progress(f"{name} cache={capacity} noise={noise}")
     return results
+
+
+def _spec_parts(spec) -> tuple[str, str, dict]:
+    """(name, label, parameters) of a ``PolicySpec`` or a bare policy name."""
+    if isinstance(spec, str):
+        return spec, spec, {}
+    return spec.name, spec.label, spec.kwargs
 
 
 def _result(workload, engine, name, capacity, noise, hit_tokens, policy) -> KVResult:

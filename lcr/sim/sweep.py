@@ -28,11 +28,16 @@ class PolicySpec:
     def uses_predictions(self) -> bool:
         return POLICIES[self.name].uses_predictions
 
+    @property
+    def kwargs(self) -> dict:
+        return dict(self.params)
+
     @classmethod
-    def parse(cls, text: str) -> "PolicySpec":
+    def parse(cls, text: str, registry=POLICIES) -> "PolicySpec":
+        """``name`` or ``name:param=value,...``; ``name`` must be in ``registry``."""
         name, _, rest = text.strip().partition(":")
-        if name not in POLICIES:
-            raise LcrInputError(f"unknown policy {name!r}; valid: {', '.join(POLICIES)}")
+        if name not in registry:
+            raise LcrInputError(f"unknown policy {name!r}; valid: {', '.join(registry)}")
         params = []
         for item in filter(None, rest.split(",")):
             key, sep, value = item.partition("=")
