@@ -25,10 +25,10 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml setup.py $(NATIVE_SOURCES)
 
 # torch is pinned first: on these machines 2.13.0 is a local CPU build, while an unpinned
 # torch would pull the CUDA wheels (gigabytes). On a GPU box, install your own torch first.
-$(VENV)/.installed-test: $(VENV)/.installed
+$(VENV)/.installed-test: $(BIN)/python pyproject.toml setup.py $(NATIVE_SOURCES)
 	$(BIN)/python -m pip install -q torch==$(TORCH_VERSION)
 	$(BIN)/python -m pip install -q -e '.[test]'
-	touch $@
+	touch $@ $(VENV)/.installed
 
 $(VENV)/.installed-sglang: $(VENV)/.installed-test sglang_patch/requirements-cpu.txt
 	$(BIN)/python -m pip install -q --no-deps -r sglang_patch/requirements-cpu.txt

@@ -12,8 +12,11 @@ import shutil
 import subprocess
 import sys
 
-from pybind11.setup_helpers import Pybind11Extension, build_ext
+from pybind11.setup_helpers import ParallelCompile, Pybind11Extension, build_ext
 from setuptools import setup
+
+# Compile the many small engine files on every core (LCR_BUILD_JOBS overrides).
+ParallelCompile("LCR_BUILD_JOBS", default=os.cpu_count() or 1).install()
 
 CPU_SOURCES = sorted(glob.glob("csrc/cpu/*.cpp"))
 CUDA_SOURCES = sorted(glob.glob("csrc/cuda/*.cu")) + sorted(glob.glob("csrc/cuda/*.cpp"))
