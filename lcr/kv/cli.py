@@ -1,10 +1,10 @@
 """`lcr sim-kv`: replay prefix-block traces through radix caches and report token hit rates."""
 from __future__ import annotations
 
-import math
 import sys
 
 from lcr.errors import LcrInputError
+from lcr.sim.args import parse_noises, parse_sizes
 from lcr.sim.cli import split_policies
 from lcr.sim.sweep import PolicySpec
 from lcr.kv.predictors import parse_predictor
@@ -14,18 +14,7 @@ from lcr.kv.sim import ENGINES, POLICIES, run_sweep
 
 def parse_cache_tokens(text: str, distinct_tokens: int) -> list[int]:
     """``200000,5%``: token counts, or percentages of the trace's distinct tokens."""
-    out = []
-    for item in filter(None, (s.strip() for s in text.split(","))):
-        try:
-            value = float(item[:-1]) / 100 * distinct_tokens if item.endswith("%") else float(item)
-        except ValueError:
-            raise LcrInputError(f"--cache-tokens: {item!r} is neither a number nor a percentage") from None
-        if not math.isfinite(value) or value < 1:
-            raise LcrInputError(f"--cache-tokens: {item!r} gives no room; sizes must be at least 1 token")
-        out.append(round(value))
-    if not out:
-        raise LcrInputError("--cache-tokens: give at least one size")
-    return out
+    return parse_sizes(text, distinct_tokens, "--cache-tokens", unit="token")
 
 
 def parse_policies(text: str) -> list[PolicySpec]:
@@ -34,19 +23,6 @@ def parse_policies(text: str) -> list[PolicySpec]:
     if not specs:
         raise LcrInputError("--policies: give at least one policy")
     return specs
-
-
-def parse_noises(text: str) -> list[float]:
-    out = []
-    for item in filter(None, (s.strip() for s in text.split(","))):
-        try:
-            value = float(item)
-        except ValueError:
-            raise LcrInputError(f"--noise: {item!r} is not a number") from None
-        if not 0 <= value <= 1:
-            raise LcrInputError(f"--noise: {item!r} must be a probability in [0, 1]")
-        out.append(value)
-    return out or [0.0]
 
 
 def register(subparsers) -> None:
@@ -80,7 +56,7 @@ def run(args) -> int:
     kind, fixed_noise = parse_predictor(args.predictor)
     if fixed_noise is not None and args.noise is not None:
         raise LcrInputError("give the noise either as --predictor noisy:P or as --noise, not both")
-    noises = [fixed_noise] if fixed_noise is not None else parse_noises(args.noise or "0")
+    noises = [fixed_noise] if fixed_noise is not None else parse_noises(args.noise or "0", probability=True)
     if args.limit is not None and args.limit < 1:
         raise LcrInputError("--limit must be at least 1")
     trace = load_trace(args.trace, None, None)

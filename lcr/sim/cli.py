@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 import argparse
-import math
 
 from lcr.errors import LcrInputError
+from lcr.sim.args import parse_noises, parse_sizes
 from lcr.predict import PREDICTORS
 from lcr.sim import moe as moe_sim
 from lcr.sim.progress import maybe_progress
@@ -14,31 +14,7 @@ from lcr.traces import FORMATS, GENERATORS, load_trace
 
 def parse_capacities(text: str, distinct_keys: int) -> list[int]:
     """``1%,5%,100``: percentages of the distinct keys, or item counts."""
-    out = []
-    for item in filter(None, (s.strip() for s in text.split(","))):
-        try:
-            value = float(item[:-1]) / 100 * distinct_keys if item.endswith("%") else float(item)
-        except ValueError:
-            raise LcrInputError(f"--cache: {item!r} is neither a number nor a percentage") from None
-        if not math.isfinite(value) or value <= 0:
-            raise LcrInputError(f"--cache: {item!r} gives no room; cache sizes must be positive")
-        out.append(max(1, round(value)))
-    if not out:
-        raise LcrInputError("--cache: give at least one size")
-    return out
-
-
-def parse_noises(text: str) -> list[float]:
-    out = []
-    for item in filter(None, (s.strip() for s in text.split(","))):
-        try:
-            value = float(item)
-        except ValueError:
-            raise LcrInputError(f"--noise: {item!r} is not a number") from None
-        if not math.isfinite(value) or value < 0:
-            raise LcrInputError(f"--noise: {item!r} must be a finite number >= 0")
-        out.append(value)
-    return out or [0.0]
+    return parse_sizes(text, distinct_keys, "--cache")
 
 
 def register(subparsers) -> None:
