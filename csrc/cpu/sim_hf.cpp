@@ -1,6 +1,5 @@
 // HF (heuristic filtering) core; the spec is lcr.policies.hf.HF.
-#include <algorithm>
-
+#include "cpu/candidate_window.h"
 #include "cpu/recency_tree.h"
 #include "cpu/registry.h"
 #include "cpu/sim_replay.h"
@@ -25,16 +24,7 @@ py::tuple replay_hf(const Array<int32_t>& ids, int64_t n_ids, int64_t capacity, 
                 continue;
             }
             if (cache.size() >= capacity) {
-                const int64_t candidates = std::min(window, cache.size());
-                int32_t victim;
-                if (candidates == 1) {
-                    victim = cache.oldest();
-                    ++c.lru_evictions;
-                } else {
-                    c.predict_at_eviction(pred, candidates);
-                    victim = cache.largest_among_oldest(candidates);
-                    ++c.prediction_evictions;
-                }
+                const int32_t victim = choose_in_window(cache, pred, c, window).victim;
                 cache.remove(victim);
                 rec.miss(t, victim);
             } else {

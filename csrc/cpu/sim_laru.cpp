@@ -3,6 +3,7 @@
 #include <cmath>
 #include <vector>
 
+#include "cpu/candidate_window.h"
 #include "cpu/recency_tree.h"
 #include "cpu/registry.h"
 #include "cpu/sim_replay.h"
@@ -64,16 +65,9 @@ void run_laru(const Requests& req, Recorder& rec, Counters& c, int64_t k, const 
                 if (++induced_in_phase % params.shrink_every == 0) lam /= params.b;
             } else {
                 const int64_t window = std::max<int64_t>(static_cast<int64_t>(std::floor(lam * static_cast<double>(k))), 1);
-                const int64_t candidates = std::min(window, cache.size());
-                if (candidates == 1) {
-                    victim = cache.oldest();
-                    ++c.lru_evictions;
-                } else {
-                    c.predict_at_eviction(pred, candidates);
-                    victim = cache.largest_among_oldest(candidates);
-                    key[victim].predicted_out_in = phase;
-                    ++c.prediction_evictions;
-                }
+                const WindowChoice choice = choose_in_window(cache, pred, c, window);
+                victim = choice.victim;
+                if (choice.by_prediction) key[victim].predicted_out_in = phase;
             }
             leave_old(victim);
             cache.remove(victim);
