@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
-from pathlib import Path
+
+from lcr.sim.plot import save_figure
 
 
 def plot_robustness(results, path: str | os.PathLike, title: str = "") -> None:
@@ -30,9 +31,4 @@ def plot_robustness(results, path: str | os.PathLike, title: str = "") -> None:
         ax.set(xlabel="probability of worst-case prediction", ylabel="token hit rate",
                title=f"cache = {capacity:,} tokens", ylim=(0, None))
         ax.legend(fontsize=7)
-    if title:
-        fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path, title)

@@ -17,7 +17,6 @@ tree over one feature (the key id), so its ranking carries almost no information
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 from dataclasses import dataclass, field, replace

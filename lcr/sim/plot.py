@@ -49,6 +49,13 @@ def plot_sweep(results: list[SimResult], path: str | os.PathLike, title: str = "
                            color=ax._get_lines.get_next_color())
         ax.set(xlabel="noise", ylabel="cost ratio (misses / OPT)", title=f"cache = {capacity}")
         ax.legend(fontsize=7)
+    save_figure(fig, path, title)
+
+
+def save_figure(fig, path: str | os.PathLike, title: str = "") -> None:
+    """Title, tighten, write the PNG (creating its folder) and free the figure."""
+    import matplotlib.pyplot as plt
+
     if title:
         fig.suptitle(title, fontsize=9)
     fig.tight_layout()
