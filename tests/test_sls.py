@@ -164,4 +164,16 @@ def test_bench_sls_cli_runs_on_cpu_and_writes_results(tmp_path, capsys):
     assert {r["policy"] for r in results} == {"lru", "laru"}
     assert all(r["samples_per_s"] > 0 and 0 <= r["hit_ratio"] <= 1 for r in results)
     assert (tmp_path / "sls.png").stat().st_size > 0
-    assert main(["bench", "sls", "--predictor", "lightgbm"]) == 2
+    assert main(["bench", "sls", "--predictor", "lightgbm-strong"]) == 2
+
+
+def test_bench_lookup_predictions_from_the_online_model():
+    """--predictor lightgbm: the four-feature model's answer right after each lookup."""
+    from lcr.embedding.bench_cli import lookup_predictions
+    from lcr.traces import Trace
+
+    period = np.tile(np.arange(300), 60)  # every row returns exactly 300 lookups later
+    values = lookup_predictions(Trace(period), "lightgbm", 0.0, seed=0)
+    assert np.isnan(values[:9_999]).all()  # no model before the first fit
+    later = np.arange(12_000, len(period))
+    assert np.median(np.abs(values[later] - (later + 300))) < 30

@@ -20,8 +20,23 @@ def _list(text: str, kind, flag: str) -> list:
     return values
 
 
+def lookup_predictions(lookups, predictor: str, noise: float, seed: int):
+    """The prediction made at each lookup. LightGBM's are what the online model answers
+    right after each lookup (``lcr.predict.replayed``): the paper's asynchronous mode."""
+    if predictor.startswith("lightgbm"):
+        from lcr.predict import learned_config
+        from lcr.predict.replayed import replayed_predictions
+
+        base = "lightgbm-weak" if predictor == "lightgbm-weak" else "lightgbm-compact"
+        return replayed_predictions(lookups, learned_config(base, seed))
+    from lcr.predict.experimental import oracle_predictions
+
+    return oracle_predictions(lookups, noise, seed)
+
+
 def parse_predictor(text: str) -> tuple[str, float]:
-    """``oracle``, ``noisy:P`` (oracle with a fraction P inverted) or ``lightgbm``."""
+    """``oracle``, ``noisy:P`` (oracle with a fraction P inverted), ``lightgbm`` (the paper's
+    four-feature DLRM model, trained online, queried asynchronously) or ``lightgbm-weak``."""
     if text == "oracle":
         return "oracle", 0.0
     if text.startswith("noisy:"):
@@ -32,10 +47,9 @@ def parse_predictor(text: str) -> tuple[str, float]:
         if not 0 <= noise <= 1:
             raise LcrInputError(f"--predictor: {text!r}: noisy:P needs 0 <= P <= 1")
         return "noisy", noise
-    if text == "lightgbm":
-        raise LcrInputError("--predictor lightgbm: the LightGBM predictor is not part of this build "
-                            "yet; use oracle or noisy:P")
-    raise LcrInputError(f"--predictor: {text!r}; valid: oracle, noisy:P, lightgbm")
+    if text in ("lightgbm", "lightgbm-weak"):
+        return text, 0.0
+    raise LcrInputError(f"--predictor: {text!r}; valid: oracle, noisy:P, lightgbm, lightgbm-weak")
 
 
 def register(subparsers) -> None:
@@ -56,7 +70,7 @@ def register(subparsers) -> None:
     p.add_argument("--cache-ratio", default="0.01,0.02,0.03",
                    help="cache slots as a fraction of the distinct keys")
     p.add_argument("--policies", default=",".join(POLICIES))
-    p.add_argument("--predictor", default="oracle", help="oracle, noisy:P or lightgbm")
+    p.add_argument("--predictor", default="oracle", help="oracle, noisy:P, lightgbm or lightgbm-weak")
     p.add_argument("--store", default="host", help="host, or a redis URL (redis://..., unix://...)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--batches", type=int, default=10, help="timed batches per configuration")
@@ -120,12 +134,11 @@ def run(args: argparse.Namespace) -> int:
             raise LcrInputError("--device cuda: no CUDA GPU (or lcr was built without nvcc)")
 
     from lcr.embedding.bench import format_table, plot_latency, run_sls_bench
-    from lcr.predict.experimental import oracle_predictions
     from lcr.traces import Trace
 
     workload = load_workload(args)
     store = make_store(args, workload.rows)
-    predictions = oracle_predictions(Trace(workload.lookups), noise, args.seed)
+    predictions = lookup_predictions(Trace(workload.lookups), predictor, noise, args.seed)
     print(f"lcr bench sls: {len(workload.lookups)} lookups over {workload.distinct} distinct rows, "
           f"dim {args.dim} {args.dtype}, pooling {args.pooling}, store {args.store}, "
           f"device {args.device}, predictor {args.predictor}", flush=True)
