@@ -53,7 +53,7 @@ def _post(url: str, doc: dict) -> dict:
 
 
 class Server:
-    def __init__(self, model: Path, policy: str, log: Path):
+    def __init__(self, model: Path, policy: str, log: Path, extra_args: tuple[str, ...] = ()):
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = {**os.environ, "SGLANG_USE_CPU_ENGINE": "1", "PYTHONPATH": _pythonpath()}
@@ -62,7 +62,7 @@ class Server:
             [sys.executable, "-m", "sglang_patch.launch_server", "--cache-policy", policy,
              "--model-path", str(model), "--device", "cpu", "--attention-backend", "torch_native",
              "--max-total-tokens", str(POOL_TOKENS), "--port", str(self.port), "--skip-server-warmup",
-             "--log-level", "info"],
+             "--log-level", "info", *extra_args],
             env=env, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
 
     def wait_ready(self, timeout: float = 400) -> None:
@@ -98,8 +98,17 @@ def conversations(count: int = 10, turns: int = 4, first: int = 120, step: int =
             history.extend(rng.randrange(3, 1000) for _ in range(step))
 
 
-def serve_workload(model: Path, policy: str, log: Path) -> dict:
-    server = Server(model, policy, log)
+def lcr_counters(metrics_text: str) -> dict[str, float]:
+    """``sglang:lcr_<name>_total`` series from a Prometheus exposition, summed over labels."""
+    out: dict[str, float] = {}
+    for name, value in re.findall(r"^sglang:lcr_(\w+?)_total(?:\{[^}]*\})? ([0-9.e+-]+)$", metrics_text, re.M):
+        out[name] = out.get(name, 0.0) + float(value)
+    return out
+
+
+def serve_workload(model: Path, policy: str, log: Path, extra_args: tuple[str, ...] = ()) -> dict:
+    server = Server(model, policy, log, extra_args)
+    metrics = {}
     try:
         server.wait_ready()
         prompt = cached = answers = 0
@@ -109,12 +118,16 @@ def serve_workload(model: Path, policy: str, log: Path) -> dict:
             answers += bool(out.get("output_ids") or out.get("text") is not None)
             prompt += out["meta_info"]["prompt_tokens"]
             cached += out["meta_info"].get("cached_tokens", 0)
+        if "--enable-metrics" in extra_args:
+            with urllib.request.urlopen(server.url + "/metrics", timeout=30) as reply:
+                metrics = lcr_counters(reply.read().decode())
     finally:
         server.stop()
     text = log.read_text()
     evictions = [int(m) for m in re.findall(r"prediction_evictions=(\d+)", text)]
     return {"answers": answers, "prompt_tokens": prompt, "cached_tokens": cached,
-            "hit_rate": cached / prompt, "prediction_evictions": max(evictions, default=0)}
+            "hit_rate": cached / prompt, "prediction_evictions": max(evictions, default=0),
+            "exported": metrics}
 
 
 @pytest.fixture(scope="module")
@@ -126,10 +139,14 @@ def tiny_llama(tmp_path_factory):
 
 
 def test_laru_serves_multi_turn_chat_on_cpu(tiny_llama, tmp_path):
-    laru = serve_workload(tiny_llama, "laru", tmp_path / "laru.log")
+    laru = serve_workload(tiny_llama, "laru", tmp_path / "laru.log", ("--enable-metrics",))
     assert laru["answers"] == 40
     assert laru["cached_tokens"] > 0
     assert laru["prediction_evictions"] > 0, (tmp_path / "laru.log").read_text()[-3000:]
+    # --enable-metrics: lcr's counters sit beside SGLang's own in /metrics.
+    exported = laru["exported"]
+    assert exported.get("prediction_evictions", 0) > 0, exported
+    assert exported["evictions"] >= exported["prediction_evictions"]
     lru = serve_workload(tiny_llama, "lru", tmp_path / "lru.log")
     assert lru["answers"] == 40
     print(f"\nCPU end-to-end hit rates: lru {lru['hit_rate']:.4f}, laru {laru['hit_rate']:.4f}")

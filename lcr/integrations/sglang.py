@@ -63,6 +63,7 @@ class PolicyDriver(CacheView):
         self.policy_seconds = 0.0
         self._log_every = 100
         self._logged_prediction = False
+        self.exporter = None  # a PolicyMetricsExporter when SGLang runs with --enable-metrics
 
     # Keys ---------------------------------------------------------------------------
     def key_of(self, node) -> int:
@@ -163,6 +164,8 @@ class PolicyDriver(CacheView):
             self._logged_prediction |= first_prediction
             log.info("lcr %s metrics: %s", self.policy.name,
                      " ".join(f"{k}={v}" for k, v in self.metrics().items()))
+        if self.exporter is not None:
+            self.exporter.update(self.metrics())
         return node
 
     def metrics(self) -> dict:
@@ -234,6 +237,11 @@ class PolicyRadixCache(UnifiedRadixCache):
                                    capacity_tokens=capacity, page_size=params.page_size,
                                    sim_keys=sim_keys)
         super().__init__(params)
+        if params.enable_metrics:
+            from lcr.integrations.sglang_metrics import PolicyMetricsExporter
+
+            labels = getattr(getattr(self, "metrics_collector", None), "labels", None) or {}
+            self.driver.exporter = PolicyMetricsExporter(dict(labels))
         log.info("lcr: %s radix cache over %d tokens (%s)", self.policy_name, capacity, config.describe())
 
     def match_prefix(self, params):

@@ -1,0 +1,42 @@
+"""lcr's eviction counters next to SGLang's own Prometheus metrics (``--enable-metrics``).
+
+SGLang's radix-cache collector labels its series (cache class, parallel ranks); the
+same labels go on ours, so dashboards can put ``sglang:lcr_*`` beside SGLang's cache
+hit rate. Counters are created once per process, as prometheus_client requires.
+"""
+from __future__ import annotations
+
+DESCRIPTIONS = {
+    "evictions": "Nodes evicted by the lcr policy",
+    "prediction_evictions": "Evictions chosen by a next-access prediction",
+    "predictor_fallbacks": "Evictions that fell back to LRU because the predictor failed",
+    "prediction_induced_misses": "Misses on nodes a prediction evicted in the current phase",
+    "policy_seconds": "Time spent choosing victims, predictor calls included",
+}
+_COUNTERS: dict[tuple[str, tuple[str, ...]], object] = {}
+
+
+def _counter(name: str, labelnames: tuple[str, ...]):
+    from prometheus_client import Counter
+
+    key = (name, labelnames)
+    if key not in _COUNTERS:
+        _COUNTERS[key] = Counter(f"sglang:lcr_{name}", DESCRIPTIONS[name], labelnames=labelnames)
+    return _COUNTERS[key]
+
+
+class PolicyMetricsExporter:
+    """Adds what the policy counted since the last update to the Prometheus counters."""
+
+    def __init__(self, labels: dict[str, str]):
+        labelnames = tuple(sorted(labels))
+        self._series = {name: _counter(name, labelnames).labels(**labels) if labelnames
+                        else _counter(name, labelnames) for name in DESCRIPTIONS}
+        self._reported = dict.fromkeys(DESCRIPTIONS, 0.0)
+
+    def update(self, metrics: dict) -> None:
+        for name, series in self._series.items():
+            delta = float(metrics.get(name, 0)) - self._reported[name]
+            if delta > 0:
+                series.inc(delta)
+                self._reported[name] += delta
