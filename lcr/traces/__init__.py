@@ -3,19 +3,23 @@ from __future__ import annotations
 
 import os
 
+from lcr.errors import LcrInputError
+
 from lcr.traces.generators import GENERATORS, generate, is_generator_spec
 from lcr.traces.next_use import NEVER, next_use, next_use_reference
-from lcr.traces.readers import FORMATS, detect_format, read_trace
+from lcr.traces.readers import FORMAT_NAMES, FORMATS, detect_format, format_label, read_trace
 from lcr.traces.trace import Trace
 
 
 def load_trace(source: str, fmt: str | None = None, limit: int | None = None) -> Trace:
     """A file path, or a generator spec such as ``zipf:requests=1e6,alpha=0.9``."""
     if not os.path.exists(source) and is_generator_spec(source):
+        if limit is not None and limit < 1:
+            raise LcrInputError(f"limit must be at least 1 request, got {limit}", source=source)
         trace = generate(source)
-        return trace.head(limit) if limit is not None else trace
+        return trace.head(limit) if limit is not None and limit < len(trace) else trace
     return read_trace(source, fmt, limit)
 
 
-__all__ = ["Trace", "NEVER", "FORMATS", "GENERATORS", "generate", "load_trace", "read_trace",
+__all__ = ["Trace", "NEVER", "FORMATS", "FORMAT_NAMES", "format_label", "GENERATORS", "generate", "load_trace", "read_trace",
            "detect_format", "next_use", "next_use_reference", "is_generator_spec"]

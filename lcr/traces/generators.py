@@ -11,6 +11,7 @@ from typing import Callable
 import numpy as np
 
 from lcr.errors import LcrInputError
+from lcr.traces.guard import require_memory
 from lcr.traces.moe import llama_moe, mixtral, moe
 from lcr.traces.trace import Trace
 
@@ -148,10 +149,39 @@ GENERATORS: dict[str, Callable[..., Trace]] = {
 def _coerce(text: str, default, name: str, spec: str):
     kind = type(default)
     try:
-        return kind(float(text)) if kind is int and "e" in text.lower() else kind(text)
-    except ValueError:
+        value = kind(float(text)) if kind is int and "e" in text.lower() else kind(text)
+        if kind is int and float(text) != value:
+            raise ValueError
+        return value
+    except (ValueError, OverflowError):
         raise LcrInputError(f"generator parameter {name!r}: expected {kind.__name__}, got {text!r}",
                             source=spec) from None
+
+
+#: Integer parameters that count something: at least 1 (others, e.g. seeds, at least 0).
+_COUNTS = frozenset({"requests", "keys", "hot_keys", "scan_every", "conversations", "sessions",
+                     "system_prompts", "system_tokens", "tokens", "layers", "experts", "top_k"})
+
+
+def _check_values(name: str, kwargs: dict, spec: str) -> None:
+    for key, value in kwargs.items():
+        if isinstance(value, float) and not np.isfinite(value):
+            raise LcrInputError(f"generator parameter {key!r} must be finite, got {value}", source=spec)
+        if isinstance(value, int) and value < (1 if key in _COUNTS else 0):
+            raise LcrInputError(f"generator parameter {key!r} must be at least "
+                                f"{1 if key in _COUNTS else 0}, got {value}", source=spec)
+    # What the biggest arrays would take (about 48 bytes per request in the worst generator).
+    func = GENERATORS[name]
+    defaults = {p.name: p.default for p in inspect.signature(func).parameters.values()}
+    size = {**defaults, **kwargs}
+    if "requests" in size:
+        require_memory(48 * size["requests"], f"{size['requests']:,} requests", source=spec)
+    if "tokens" in size:
+        require_memory(24 * size["tokens"] * size.get("layers", 32) * size.get("experts", 16),
+                       f"{size['tokens']:,} tokens", source=spec)
+    for count in ("conversations", "sessions"):
+        if count in size:
+            require_memory(4096 * size[count], f"{size[count]:,} {count}", source=spec)
 
 
 def generate(spec: str) -> Trace:
@@ -168,7 +198,13 @@ def generate(spec: str) -> Trace:
             raise LcrInputError(f"bad generator parameter {item!r}; {name} takes "
                                 f"{', '.join(defaults)}", source=spec)
         kwargs[key] = _coerce(value, defaults[key], key, spec)
-    trace = func(**kwargs)
+    _check_values(name, kwargs, spec)
+    try:
+        trace = func(**kwargs)
+    except (ValueError, OverflowError) as err:  # numpy's own parameter checks
+        if isinstance(err, LcrInputError):
+            raise
+        raise LcrInputError(f"generator {name}: {str(err).splitlines()[0]}", source=spec) from None
     trace.meta["generator"] = spec
     return trace
 

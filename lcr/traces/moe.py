@@ -41,13 +41,24 @@ def routing_trace(selections: Sequence | np.ndarray, layers: int, experts: int, 
 
 
 def _routing_array(selections, layers: int, experts: int, source: str | None) -> np.ndarray:
-    for token, per_layer in enumerate(selections):
-        if len(per_layer) != layers:
-            raise LcrInputError(f"token {token}: routes through {len(per_layer)} layers, expected {layers}",
-                                source=source)
+    if isinstance(selections, np.ndarray):
+        selections = selections.tolist() if selections.dtype.kind not in "iu" else selections
+    if not isinstance(selections, np.ndarray):
+        for token, per_layer in enumerate(selections):
+            if not isinstance(per_layer, (list, tuple)):
+                raise LcrInputError(f"token {token}: expected a list of {layers} layers, got "
+                                    f"{type(per_layer).__name__}", source=source)
+            if len(per_layer) != layers:
+                raise LcrInputError(f"token {token}: routes through {len(per_layer)} layers, expected {layers}",
+                                    source=source)
+            for layer, experts_used in enumerate(per_layer):
+                if not isinstance(experts_used, (list, tuple)) or not all(
+                        type(e) in (int, np.int64) for e in experts_used):
+                    raise LcrInputError(f"token {token} layer {layer}: expected a list of integer expert "
+                                        f"ids", source=source)
     try:
         table = np.asarray(selections, dtype=np.int64)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise LcrInputError("every layer of every token must select the same number of experts "
                             "(integers)", source=source) from None
     if table.ndim != 3 or table.shape[2] < 1:

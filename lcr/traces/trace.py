@@ -44,10 +44,34 @@ class Trace:
         return int(len(np.unique(self.keys)))
 
     def head(self, n: int) -> "Trace":
-        """The first ``n`` requests (block traces: the first ``n`` block references)."""
+        """The first ``n`` requests. A block-chain trace cut inside a prompt keeps that
+        prompt's first blocks as a shorter prompt."""
         cut = lambda a: None if a is None else a[:n]  # noqa: E731
-        offsets = self.request_offsets
+        offsets, meta = self.request_offsets, dict(self.meta)
         if offsets is not None:
+            n = min(n, len(self.keys))
             offsets = offsets[offsets <= n]
+            if offsets[-1] < n:
+                offsets = np.append(offsets, n)
+            meta = _cut_prompt_meta(meta, len(offsets) - 1)
         return Trace(self.keys[:n], f"{self.name}[:{n}]", cut(self.timestamps), cut(self.sizes),
-                     offsets, dict(self.meta))
+                     offsets, meta)
+
+    def first_prompts(self, n: int) -> "Trace":
+        """The first ``n`` prompts of a block-chain trace (all of it if it has fewer)."""
+        if self.request_offsets is None:
+            raise ValueError("not a block-chain trace: it has no prompts")
+        n = min(n, len(self.request_offsets) - 1)
+        trace = self.head(int(self.request_offsets[n]))
+        trace.name = f"{self.name}[:{n} prompts]"
+        return trace
+
+
+def _cut_prompt_meta(meta: dict, prompts: int) -> dict:
+    """Per-prompt lists in ``meta`` cut to the first ``prompts``."""
+    for key in ("input_lengths", "output_lengths"):
+        if key in meta:
+            meta[key] = meta[key][:prompts]
+    if "requests" in meta:
+        meta["requests"] = prompts
+    return meta
