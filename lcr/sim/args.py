@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import os
 
 from lcr.errors import LcrInputError
 
@@ -16,6 +17,8 @@ def parse_sizes(text: str, total: int, flag: str, unit: str = "item") -> list[in
             raise LcrInputError(f"{flag}: {item!r} is neither a number nor a percentage") from None
         if not math.isfinite(value) or value <= 0:
             raise LcrInputError(f"{flag}: {item!r} gives no room; sizes must be at least 1 {unit}")
+        if value > MAX_SIZE:
+            raise LcrInputError(f"{flag}: {item!r} is more than 2^62 {unit}s, beyond any memory")
         out.append(max(1, round(value)))
     if not out:
         raise LcrInputError(f"{flag}: give at least one size")
@@ -36,3 +39,51 @@ def parse_noises(text: str, probability: bool = False) -> list[float]:
             raise LcrInputError(f"--noise: {item!r} must be a finite number >= 0")
         out.append(value)
     return out or [0.0]
+
+
+#: The largest cache size accepted: beyond it sizes no longer index memory (and 2^62
+#: items would not fit anyway).
+MAX_SIZE = 1 << 62
+
+
+def check_seed(seed: int, flag: str = "--seed") -> int:
+    """Seeds feed numpy's generators, which take integers in 0 .. 2^63 - 1."""
+    if not 0 <= seed < 1 << 63:
+        raise LcrInputError(f"{flag} must be a non-negative integer below 2^63, got {seed}")
+    return seed
+
+
+def check_limit(limit: int | None, unit: str = "requests") -> None:
+    if limit is not None and limit < 1:
+        raise LcrInputError(f"--limit must be at least 1 ({unit}), got {limit}")
+
+
+PLOT_SUFFIXES = (".png", ".pdf", ".svg")
+
+
+def check_output(path: str | None, flag: str, suffixes: tuple[str, ...] = ()) -> None:
+    """Refuse before any work an output path that cannot be written: a directory, a
+    folder that cannot be created or written, or (plots) a name without an image suffix
+    (matplotlib would append ``.png`` and write beside the name given)."""
+    if path is None:
+        return
+    from pathlib import Path
+
+    target = Path(path)
+    if target.is_dir():
+        raise LcrInputError(f"{flag} {path}: is a directory; give a file name")
+    if suffixes and target.suffix.lower() not in suffixes:
+        raise LcrInputError(f"{flag} {path}: give a file name ending in {', '.join(suffixes)}")
+    folder = target.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
+        raise LcrInputError(f"{flag} {path}: cannot write there ({folder} is not a writable folder)")
+    if target.exists() and not os.access(target, os.W_OK):
+        raise LcrInputError(f"{flag} {path}: file is not writable")
+    if folder == target.parent and not target.exists():
+        try:  # root passes os.access everywhere: only a real create tells
+            target.open("x").close()
+            target.unlink()
+        except OSError as err:
+            raise LcrInputError(f"{flag} {path}: cannot write there ({err.strerror or err})") from None

@@ -4,12 +4,14 @@ from __future__ import annotations
 import argparse
 
 from lcr.errors import LcrInputError
-from lcr.sim.args import parse_noises, parse_sizes
+from lcr.sim.args import (PLOT_SUFFIXES, check_limit, check_output, check_seed, parse_noises,
+                          parse_sizes)
 from lcr.predict import PREDICTORS
 from lcr.sim import moe as moe_sim
 from lcr.sim.progress import maybe_progress
+from lcr.sim.predictions import PredictionCache, check_cache_directory, resolve_predictor
 from lcr.sim.sweep import ENGINES, PolicySpec, run_sweep, sweep_size
-from lcr.traces import FORMATS, GENERATORS, load_trace
+from lcr.traces import FORMAT_NAMES, GENERATORS, format_label, load_trace
 
 
 def parse_capacities(text: str, distinct_keys: int) -> list[int]:
@@ -24,8 +26,15 @@ def register(subparsers) -> None:
                     "hit ratio, misses, cost ratio (misses / OPT) and predictor calls.")
     p.add_argument("trace", help="a trace file, or a generator spec such as "
                                  f"zipf:requests=100000,alpha=1.0 (generators: {', '.join(GENERATORS)})")
-    p.add_argument("--format", choices=sorted(FORMATS), help="trace format (default: from the extension)")
-    p.add_argument("--limit", type=int, help="replay only the first N requests")
+    p.add_argument("--format", choices=FORMAT_NAMES, metavar="FORMAT",
+                   help="trace format: int32-be|int32-le|int64-be|int64-le|uint32-be|... (binary keys), "
+                        "cache2k (int32-be), scarab (int64-be), cloudphysics (uint32-be), oracleGeneral, "
+                        "csv, text|lirs|txt, arc, adapt_size, mooncake, criteo, moe-router. Default: from "
+                        "the file name where it is unambiguous, else from the content (refused if "
+                        "the content fits several)")
+    p.add_argument("--limit", type=int, help="replay only the first N requests, counted as the summary "
+                                             "line counts them (keys looked up: a Mooncake prompt is "
+                                             "one request per block, an ARC line one per block)")
     p.add_argument("--domain", choices=("cache", "moe"), default="cache",
                    help="moe: a MoE routing trace (router capture or the moe/mixtral/llama_moe "
                         "generators); layered policies get layers/experts from it")
@@ -34,7 +43,15 @@ def register(subparsers) -> None:
     p.add_argument("--policies", help="comma-separated policy names, each optionally name:param=value,... "
                                       "(separate those with ';'); default lru,opt,fpb,hf,laru "
                                       "(moe: opt,lru,llru,lru_dist,marker,opt_dist)")
-    p.add_argument("--predictor", default="oracle", choices=PREDICTORS)
+    p.add_argument("--predictor", default="oracle", choices=PREDICTORS,
+                   help="oracle/lognormal/constant (experiments, with --noise), or a learned model: "
+                        "lightgbm[-compact|-weak] is the online model queried async, computed in one "
+                        "exact pass per trace shared by every policy and size (and cached on disk); "
+                        "add :sync to query it at each eviction instead (Python engine, slow)")
+    p.add_argument("--prediction-cache", default=None, metavar="DIR|off",
+                   help="where learned prediction passes are kept between runs, keyed by the trace's "
+                        "content and the predictor settings (default: $LCR_CACHE_DIR or "
+                        "~/.cache/lcr/predictions); 'off' computes them afresh")
     p.add_argument("--noise", default="0", help="noise levels for the predictor, e.g. 0,0.1,0.5,1")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--engine", choices=ENGINES, default="auto",
@@ -59,9 +76,15 @@ def run(args) -> int:
     if args.cache is None:
         args.cache = moe_sim.DEFAULT_CACHE if moe else "1%,5%,10%"
     specs = [PolicySpec.parse(item) for item in split_policies(args.policies)]
+    if not specs:
+        raise LcrInputError("--policies: give at least one policy")
     noises = parse_noises(args.noise)
-    if args.limit is not None and args.limit < 1:
-        raise LcrInputError("--limit must be at least 1")
+    check_seed(args.seed)
+    check_limit(args.limit)
+    check_output(args.json, "--json")
+    check_output(args.plot, "--plot", PLOT_SUFFIXES)
+    predictor = resolve_predictor(args.predictor)
+    check_cache_directory(args.prediction_cache)
     trace = load_trace(args.trace, args.format, args.limit)
     if moe:
         specs = moe_sim.prepare(trace, specs)
@@ -69,17 +92,22 @@ def run(args) -> int:
     universe = moe_sim.pages(trace) if moe else trace.distinct_keys
     capacities = parse_capacities(args.cache, universe)
     bar = maybe_progress(sweep_size(trace, specs, capacities, noises), "lcr sim", args.progress)
-    results = run_sweep(trace, specs, capacities, args.predictor, noises, args.seed, bar, args.engine)
+    cache = PredictionCache(args.prediction_cache, progress=args.progress)
+    results = run_sweep(trace, specs, capacities, predictor, noises, args.seed, bar, args.engine,
+                        predictions=cache)
     if bar:
         bar.close()
-    print(f"# {trace.name}: {len(trace):,} requests, {trace.distinct_keys:,} distinct keys; "
-          f"predictor {args.predictor}")
+    args.predictor = predictor
+    print(f"# {trace.name} [{format_label(trace)}]: {len(trace):,} requests, "
+          f"{trace.distinct_keys:,} distinct keys; predictor {args.predictor}"
+          + (f" ({cache.summary()})" if cache.used else ""))
     from lcr.sim.report import format_table, write_json
 
     print(format_table(results))
     if args.json:
-        write_json(args.json, results, trace=trace.name, requests=len(trace),
-                   distinct_keys=trace.distinct_keys, predictor=args.predictor, seed=args.seed)
+        write_json(args.json, results, trace=trace.name, trace_format=trace.meta.get("format"),
+                   requests=len(trace), distinct_keys=trace.distinct_keys, predictor=args.predictor,
+                   seed=args.seed, prediction_passes=cache.passes)
     if args.plot:
         from lcr.sim.plot import plot_sweep
 

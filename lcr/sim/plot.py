@@ -5,6 +5,7 @@ import os
 from collections import defaultdict
 from pathlib import Path
 
+from lcr.errors import LcrInputError
 from lcr.sim.sweep import SimResult
 
 
@@ -59,6 +60,10 @@ def save_figure(fig, path: str | os.PathLike, title: str = "") -> None:
     if title:
         fig.suptitle(title, fontsize=9)
     fig.tight_layout()
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=120)
+    except OSError as err:
+        raise LcrInputError(f"cannot write the plot: {err.strerror or err}", source=str(path)) from None
+    finally:
+        plt.close(fig)

@@ -6,6 +6,7 @@ import os
 import platform
 from pathlib import Path
 
+from lcr.errors import LcrInputError
 from lcr.sim.sweep import SimResult
 
 
@@ -25,8 +26,13 @@ def machine_description() -> dict:
             "system": platform.platform()}
 
 
-def write_json(path: str | os.PathLike, results: list[SimResult], **context) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+def write_json(path: str | os.PathLike, results: list, **context) -> None:
+    """Results and their context as JSON at ``path`` (folders created); one-line error if
+    it cannot be written."""
     doc = {**context, "machine": machine_description(), "results": [r.as_dict() for r in results]}
-    path.write_text(json.dumps(doc, indent=1, default=float))
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(doc, indent=1, default=float))
+    except OSError as err:
+        raise LcrInputError(f"cannot write JSON: {err.strerror or err}", source=str(path)) from None

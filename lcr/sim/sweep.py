@@ -5,8 +5,9 @@ from dataclasses import asdict, dataclass, field
 
 from lcr.errors import LcrInputError
 from lcr.policies import POLICIES, make_policy
-from lcr.predict import has_prediction_array, make_predictions, make_predictor, parse_predictor_name
+from lcr.predict import ArrayPredictor, has_prediction_array, make_predictor, parse_predictor_name
 from lcr.sim.native import NATIVE_POLICIES, native_replay
+from lcr.sim.predictions import PredictionCache, resolve_predictor
 from lcr.sim.runner import Progress, replay
 from lcr.traces import Trace
 
@@ -92,23 +93,28 @@ def uses_native(spec: PolicySpec, engine: str = "auto", predictor_name: str = "o
 
 def run_one(trace: Trace, spec: PolicySpec, capacity: int, predictor_name: str = "oracle",
             noise: float = 0.0, seed: int = 0, progress: Progress | None = None,
-            engine: str = "auto") -> SimResult:
+            engine: str = "auto", predictions: PredictionCache | None = None) -> SimResult:
+    """One policy at one size. ``predictions``: where prediction arrays come from (a
+    sweep passes one cache to all its runs; default: a fresh in-memory one)."""
     params = dict(spec.params)
+    if predictions is None:
+        predictions = PredictionCache("off")
     if spec.name in ("marker", "predictive_marker", "marker_dist"):
         params.setdefault("seed", seed)
     query_mode = parse_predictor_name(predictor_name)[1]
     if spec.uses_predictions and query_mode:  # ``lightgbm:async`` picks the policy's mode
         params.setdefault("mode", query_mode)
     if uses_native(spec, engine, predictor_name):
-        predictions = make_predictions(predictor_name, trace, noise, seed) if spec.uses_predictions else None
+        values = predictions.get(predictor_name, trace, noise, seed, capacity) if spec.uses_predictions else None
         try:
-            run = native_replay(trace, spec.name, capacity, predictions, **params)
+            run = native_replay(trace, spec.name, capacity, values, **params)
         except (TypeError, ValueError) as err:
             raise LcrInputError(f"policy {spec.label!r}: {err}") from None
         if progress is not None:
             progress(len(trace))
     else:
-        run = _replay_python(trace, spec, capacity, predictor_name, noise, seed, params, progress)
+        run = _replay_python(trace, spec, capacity, predictor_name, noise, seed, params, progress,
+                             predictions)
     hits = int(run.hits.sum())
     predicted = spec.uses_predictions
     return SimResult(trace.name, spec.label, capacity, predictor_name if predicted else None,
@@ -117,8 +123,13 @@ def run_one(trace: Trace, spec: PolicySpec, capacity: int, predictor_name: str =
 
 
 def _replay_python(trace: Trace, spec: PolicySpec, capacity: int, predictor_name: str, noise: float,
-                   seed: int, params: dict, progress: Progress | None):
-    predictor = make_predictor(predictor_name, trace, noise, seed) if spec.uses_predictions else None
+                   seed: int, params: dict, progress: Progress | None, predictions: PredictionCache):
+    predictor = None
+    if spec.uses_predictions and has_prediction_array(predictor_name):
+        predictor = ArrayPredictor(predictions.get(predictor_name, trace, noise, seed, capacity),
+                                   name=predictor_name)
+    elif spec.uses_predictions:  # the sync online model answers during the replay
+        predictor = make_predictor(predictor_name, trace, noise, seed)
     try:
         policy = make_policy(spec.name, capacity, predictor=predictor, next_use=trace.next_use, **params)
     except (TypeError, ValueError) as err:
@@ -136,10 +147,14 @@ def _replay_python(trace: Trace, spec: PolicySpec, capacity: int, predictor_name
 
 def run_sweep(trace: Trace, specs: list[PolicySpec], capacities: list[int], predictor: str = "oracle",
               noises: list[float] = (0.0,), seed: int = 0, progress: Progress | None = None,
-              engine: str = "auto") -> list[SimResult]:
+              engine: str = "auto", predictions: PredictionCache | None = None) -> list[SimResult]:
     """Every policy at every capacity; predictive ones at every noise level too.
     Cost ratios are misses / OPT misses at the same capacity (OPT is run if not asked).
-    ``engine``: ``python`` (the spec), ``native`` (C++ cores) or ``auto`` (native where one exists)."""
+    ``engine``: ``python`` (the spec), ``native`` (C++ cores) or ``auto`` (native where one exists).
+    ``predictions``: shared by every run, so each prediction array is computed once
+    (default: in memory for this sweep; pass a ``PredictionCache(dir)`` to keep them)."""
+    predictions = predictions if predictions is not None else PredictionCache("off")
+    predictor = resolve_predictor(predictor)
     results = []
     opt = PolicySpec("opt")
     for capacity in capacities:
@@ -149,7 +164,8 @@ def run_sweep(trace: Trace, specs: list[PolicySpec], capacities: list[int], pred
                 if spec == opt:
                     result = baseline
                 else:
-                    result = run_one(trace, spec, capacity, predictor, noise or 0.0, seed, progress, engine)
+                    result = run_one(trace, spec, capacity, predictor, noise or 0.0, seed, progress, engine,
+                                     predictions)
                 result.cost_ratio = result.misses / baseline.misses if baseline.misses else 1.0
                 results.append(result)
     return results

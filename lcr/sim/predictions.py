@@ -1,0 +1,208 @@
+"""Prediction arrays for a sweep: each computed once per trace and predictor, reused by
+every policy and cache size, and (learned ones) kept on disk so reruns are instant.
+
+A predictor "with an array" (``lcr.predict.has_prediction_array``) answers request i
+the same way whatever the cache does, so a sweep needs its array once. The learned
+models' pass (``lightgbm:async``, ``lcr.predict.replayed``) is the expensive one: it
+trains the online model over the whole trace. Its file is keyed by
+
+- the trace's content (SHA-256 of the keys, which is all the features read),
+- the predictor's name, seed and full settings (``repr`` of ``learned_config``),
+- a hash of the ``lcr.predict`` sources, so a changed model never reads old answers,
+- the cache size, for predictors whose settings take one (``learned_config`` with a
+  ``capacity`` parameter): those get one pass per size.
+
+Files are written whole through a rename, so a crashed run never leaves a torn one; an
+unreadable or wrong-length file is recomputed. Not thread-safe: one sweep uses one cache.
+"""
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import logging
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+from lcr.errors import LcrInputError
+from lcr.traces import Trace
+
+log = logging.getLogger(__name__)
+
+#: ``--prediction-cache off`` keeps passes in memory for one run only.
+OFF = "off"
+
+
+def default_directory() -> Path:
+    root = os.environ.get("LCR_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "lcr")
+    return Path(root) / "predictions"
+
+
+def resolve_predictor(name: str) -> str:
+    """A learned model named without a query mode means its fast exact replay (async):
+    ``lightgbm`` -> ``lightgbm:async``. ``:sync`` only when asked for."""
+    from lcr.predict import LEARNED, parse_predictor_name
+
+    base, mode = parse_predictor_name(name)
+    return f"{base}:async" if base in LEARNED and mode is None else name
+
+
+def trace_digest(trace: Trace) -> str:
+    """SHA-256 of the trace's keys (computed once per trace object)."""
+    cached = getattr(trace, "_keys_sha256", None)
+    if cached is None or cached[0] is not trace.keys:
+        cached = (trace.keys, hashlib.sha256(np.ascontiguousarray(trace.keys).tobytes()).hexdigest())
+        trace._keys_sha256 = cached
+    return cached[1]
+
+
+def _code_digest() -> str:
+    import lcr.predict as package
+
+    digest = hashlib.sha256()
+    for path in sorted(Path(package.__file__).parent.glob("*.py")):
+        digest.update(path.name.encode() + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _takes(func, name: str) -> bool:
+    return name in inspect.signature(func).parameters
+
+
+class PredictionCache:
+    """Per-request prediction arrays by (trace, predictor, noise, seed[, size]).
+
+    ``directory``: where learned passes are kept (None: ``default_directory()``;
+    ``"off"``: memory only). ``passes`` counts the learned passes computed, ``loaded``
+    those read from disk; experiment predictors are memoised for the run only.
+    """
+
+    def __init__(self, directory: str | os.PathLike | None = None, progress: bool | None = None):
+        self.directory = None if str(directory) == OFF else Path(directory or default_directory())
+        self.progress = progress
+        self.passes = 0
+        self.loaded = 0
+        self._memory: dict[tuple, np.ndarray] = {}
+        self._code = None
+
+    @property
+    def used(self) -> bool:
+        return bool(self.passes or self.loaded)
+
+    def summary(self) -> str:
+        return f"{self.passes} prediction pass{'es' if self.passes != 1 else ''} computed, {self.loaded} loaded"
+
+    def get(self, name: str, trace: Trace, noise: float = 0.0, seed: int = 0,
+            capacity: int | None = None) -> np.ndarray:
+        """The prediction made at every request of ``trace`` by predictor ``name``."""
+        from lcr.predict import LEARNED, learned_config, make_predictions, parse_predictor_name
+
+        base, _ = parse_predictor_name(name)
+        if base not in LEARNED:
+            key = (name, trace_digest(trace), noise, seed)
+            if key not in self._memory:
+                self._memory[key] = make_predictions(name, trace, noise, seed)
+            return self._memory[key]
+        sized = _takes(learned_config, "capacity")
+        config = learned_config(base, seed, capacity=capacity) if sized else learned_config(base, seed)
+        key = (name, trace_digest(trace), noise, seed, capacity if sized else None)
+        if key in self._memory:
+            return self._memory[key]
+        if self._code is None:
+            self._code = _code_digest()
+        settings = {"predictor": name, "trace": key[1], "noise": noise, "seed": seed,
+                    "capacity": key[4], "config": repr(config), "code": self._code}
+        digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:32]
+        values = self._load(digest, len(trace))
+        if values is None:
+            extra = {"capacity": capacity} if _takes(make_predictions, "capacity") else {}
+            with _PassTicker(f"{name} prediction pass over {len(trace):,} requests", self.progress):
+                values = np.ascontiguousarray(make_predictions(name, trace, noise, seed, **extra),
+                                              dtype=np.float64)
+            self.passes += 1
+            self._store(digest, values, settings)
+        else:
+            self.loaded += 1
+        self._memory[key] = values
+        return values
+
+    def _path(self, digest: str) -> Path:
+        return self.directory / f"{digest}.npy"
+
+    def _load(self, digest: str, length: int) -> np.ndarray | None:
+        if self.directory is None or not self._path(digest).is_file():
+            return None
+        try:
+            values = np.load(self._path(digest), allow_pickle=False)
+        except (OSError, ValueError, EOFError) as err:
+            log.warning("prediction cache %s unreadable (%s); recomputing", self._path(digest), err)
+            return None
+        if values.shape != (length,) or values.dtype != np.float64:
+            log.warning("prediction cache %s has the wrong shape; recomputing", self._path(digest))
+            return None
+        return values
+
+    def _store(self, digest: str, values: np.ndarray, settings: dict) -> None:
+        if self.directory is None:
+            return
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            partial = self.directory / f".{digest}.{os.getpid()}.npy"
+            np.save(partial, values, allow_pickle=False)
+            os.replace(partial, self._path(digest))
+            self._path(digest).with_suffix(".json").write_text(json.dumps(settings, indent=1))
+        except OSError as err:  # a cache that cannot be written only costs the next run time
+            log.warning("cannot keep predictions in %s: %s", self.directory, err)
+
+
+def check_cache_directory(directory: str | None) -> None:
+    """Refuse a ``--prediction-cache`` that is a file (a folder that cannot be created
+    is only warned about later: the sweep itself does not need it)."""
+    if directory not in (None, OFF) and Path(directory).exists() and not Path(directory).is_dir():
+        raise LcrInputError(f"--prediction-cache {directory}: not a folder")
+
+
+class _PassTicker:
+    """A line on stderr with the elapsed time of a long prediction pass (after 3 s, on a
+    terminal unless told otherwise); the pass itself runs undisturbed."""
+
+    DELAY, EVERY = 3.0, 1.0
+
+    def __init__(self, label: str, enabled: bool | None):
+        self.label = label
+        self.enabled = sys.stderr.isatty() if enabled is None else enabled
+        self._stop = threading.Event()
+        self._thread = None
+        self._shown = False
+
+    def __enter__(self):
+        if self.enabled:
+            self._start = time.perf_counter()
+            self._thread = threading.Thread(target=self._run, daemon=True, name="lcr-pass-ticker")
+            self._thread.start()
+        return self
+
+    def _run(self):
+        if self._stop.wait(self.DELAY):
+            return
+        while not self._stop.is_set():
+            self._shown = True
+            sys.stderr.write(f"\r{self.label}: {time.perf_counter() - self._start:5.0f} s (computed once, "
+                             f"then cached)")
+            sys.stderr.flush()
+            self._stop.wait(self.EVERY)
+
+    def __exit__(self, *exc):
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+            if self._shown:
+                sys.stderr.write(f"\r{self.label}: done in {time.perf_counter() - self._start:.0f} s\n")
+                sys.stderr.flush()
+        return False
