@@ -1,0 +1,90 @@
+"""Learned sweeps predict once: one pass per trace and predictor, shared by every policy
+and cache size, kept on disk by trace content and settings, identical to computing it
+for every run."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("lightgbm")
+
+import lcr.predict.replayed as replayed_module  # noqa: E402
+from lcr.sim import PolicySpec, run_one, run_sweep  # noqa: E402
+from lcr.sim.predictions import PredictionCache, resolve_predictor  # noqa: E402
+from lcr.traces import generate  # noqa: E402
+
+SPECS = [PolicySpec.parse(p) for p in ("lru", "laru", "fpb", "hf")]
+SIZES = [40, 200, 600]
+
+
+@pytest.fixture(scope="module")
+def trace():
+    return generate("zipf:requests=24000,keys=3000,alpha=0.9,seed=5")
+
+
+@pytest.fixture
+def passes(monkeypatch):
+    """Counts calls of the real pass function (it still runs)."""
+    calls = []
+    real = replayed_module.replayed_predictions
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(replayed_module, "replayed_predictions", counted)
+    return calls
+
+
+def outcome(results):
+    return [(r.policy, r.capacity, r.misses, r.stats) for r in results]
+
+
+def test_a_sweep_makes_one_pass_and_equals_a_pass_per_run(trace, passes, tmp_path):
+    cache = PredictionCache(tmp_path)
+    shared = run_sweep(trace, SPECS, SIZES, "lightgbm", predictions=cache)
+    assert len(passes) == 1 and cache.passes == 1 and cache.loaded == 0
+    assert all(r.predictor == "lightgbm:async" for r in shared if r.policy != "lru")
+
+    passes.clear()
+    separate = [run_one(trace, spec, size, "lightgbm:async", predictions=PredictionCache("off"))
+                for size in SIZES for spec in SPECS]
+    assert len(passes) == 3 * 3  # the old way: every predictive run redoes the pass
+    by_key = {(r.policy, r.capacity): r for r in separate}
+    assert [(p, c, m, s) for p, c, m, s in outcome(shared)] == \
+           [(p, c, by_key[p, c].misses, by_key[p, c].stats) for p, c, _, _ in outcome(shared)]
+
+    # A rerun reads the pass from disk: no pass, the same results.
+    passes.clear()
+    again = PredictionCache(tmp_path)
+    assert outcome(run_sweep(trace, SPECS, SIZES, "lightgbm", predictions=again)) == outcome(shared)
+    assert passes == [] and again.passes == 0 and again.loaded == 1
+
+
+def test_the_key_covers_trace_content_and_settings(trace, passes, tmp_path):
+    cache = PredictionCache(tmp_path)
+    first = cache.get("lightgbm:async", trace)
+    PredictionCache(tmp_path).get("lightgbm:async", trace, seed=1)       # other settings
+    PredictionCache(tmp_path).get("lightgbm-compact:async", trace)       # other predictor
+    other = generate("zipf:requests=24000,keys=3000,alpha=0.9,seed=6")
+    PredictionCache(tmp_path).get("lightgbm:async", other)               # other content
+    assert len(passes) == 4
+    same = generate("zipf:requests=24000,keys=3000,alpha=0.9,seed=5")    # same content, new object
+    assert np.array_equal(PredictionCache(tmp_path).get("lightgbm:async", same), first, equal_nan=True)
+    assert len(passes) == 4
+
+
+def test_a_torn_cache_file_is_recomputed(trace, passes, tmp_path):
+    expected = PredictionCache(tmp_path).get("lightgbm:async", trace)
+    for path in tmp_path.glob("*.npy"):
+        path.write_bytes(path.read_bytes()[:100])
+    again = PredictionCache(tmp_path)
+    assert np.array_equal(again.get("lightgbm:async", trace), expected, equal_nan=True)
+    assert len(passes) == 2 and again.passes == 1
+
+
+def test_learned_names_default_to_the_async_replay():
+    assert resolve_predictor("lightgbm") == "lightgbm:async"
+    assert resolve_predictor("lightgbm-weak") == "lightgbm-weak:async"
+    assert resolve_predictor("lightgbm:sync") == "lightgbm:sync"
+    assert resolve_predictor("oracle") == "oracle"
