@@ -4,8 +4,10 @@ from __future__ import annotations
 import sys
 
 from lcr.errors import LcrInputError
-from lcr.sim.args import parse_noises, parse_sizes
+from lcr.sim.args import (PLOT_SUFFIXES, check_limit, check_output, check_seed, parse_noises,
+                          parse_sizes)
 from lcr.sim.cli import split_policies
+from lcr.sim.report import write_json
 from lcr.sim.sweep import PolicySpec
 from lcr.kv.predictors import parse_predictor
 from lcr.kv.requests import BLOCK_TOKENS, build_workload
@@ -42,7 +44,8 @@ def register(subparsers) -> None:
     p.add_argument("--engine", default="lcr", choices=ENGINES,
                    help="lcr: lcr's own tree; sglang: SGLang's tree in simulation mode")
     p.add_argument("--block-tokens", type=int, default=BLOCK_TOKENS, help="tokens per full block")
-    p.add_argument("--limit", type=int, help="replay only the first N requests")
+    p.add_argument("--limit", type=int, help="replay only the first N requests, counted as the summary "
+                                             "line counts them (prompts, each a chain of blocks)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", help="write results as JSON here")
     p.add_argument("--plot", help="write the robustness plot (hit rate vs noise) here")
@@ -57,11 +60,18 @@ def run(args) -> int:
     if fixed_noise is not None and args.noise is not None:
         raise LcrInputError("give the noise either as --predictor noisy:P or as --noise, not both")
     noises = [fixed_noise] if fixed_noise is not None else parse_noises(args.noise or "0", probability=True)
-    if args.limit is not None and args.limit < 1:
-        raise LcrInputError("--limit must be at least 1")
+    check_limit(args.limit, "prompts")
+    check_seed(args.seed)
+    if args.block_tokens < 1:
+        raise LcrInputError(f"--block-tokens must be at least 1, got {args.block_tokens}")
+    check_output(args.json, "--json")
+    check_output(args.plot, "--plot", PLOT_SUFFIXES)
     trace = load_trace(args.trace, None, None)
-    if args.limit is not None and trace.request_offsets is not None:
-        trace = trace.head(int(trace.request_offsets[min(args.limit, len(trace.request_offsets) - 1)]))
+    if trace.request_offsets is None:
+        raise LcrInputError(f"{args.trace}: not a prefix-block trace (Mooncake JSONL, online_qa or "
+                            f"aibrix); it has no prompts")
+    if args.limit is not None:
+        trace = trace.first_prompts(args.limit)
     workload = build_workload(trace, args.block_tokens)
     capacities = parse_cache_tokens(args.cache_tokens, workload.distinct_tokens)
     results = run_sweep(workload, capacities, policies, noises, predictor=kind, engine=args.engine,
@@ -91,15 +101,3 @@ def format_table(results) -> str:
     widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(header)]
     line = lambda cells: "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths)))  # noqa: E731
     return "\n".join([line(header), line(["-" * w for w in widths]), *map(line, rows)])
-
-
-def write_json(path, results, **context) -> None:
-    import json
-    from pathlib import Path
-
-    from lcr.sim.report import machine_description
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    doc = {**context, "machine": machine_description(), "results": [r.as_dict() for r in results]}
-    path.write_text(json.dumps(doc, indent=1, default=float))

@@ -74,16 +74,12 @@ def check_output(path: str | None, flag: str, suffixes: tuple[str, ...] = ()) ->
         raise LcrInputError(f"{flag} {path}: is a directory; give a file name")
     if suffixes and target.suffix.lower() not in suffixes:
         raise LcrInputError(f"{flag} {path}: give a file name ending in {', '.join(suffixes)}")
-    folder = target.parent
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent
-    if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
-        raise LcrInputError(f"{flag} {path}: cannot write there ({folder} is not a writable folder)")
-    if target.exists() and not os.access(target, os.W_OK):
-        raise LcrInputError(f"{flag} {path}: file is not writable")
-    if folder == target.parent and not target.exists():
-        try:  # root passes os.access everywhere: only a real create tells
+    try:  # root passes os.access everywhere: only really creating the file tells
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if not target.exists():
             target.open("x").close()
             target.unlink()
-        except OSError as err:
-            raise LcrInputError(f"{flag} {path}: cannot write there ({err.strerror or err})") from None
+        elif not os.access(target, os.W_OK):
+            raise PermissionError(13, "file is not writable")
+    except OSError as err:
+        raise LcrInputError(f"{flag} {path}: cannot write there ({err.strerror or err})") from None
