@@ -356,7 +356,7 @@ def detect_format(path: str | os.PathLike) -> str:
     return detect.format_from_content(sample, str(path))
 
 
-def _check_given_format(path: Path, fmt: str) -> None:
+def _check_given_format(path: Path, fmt: str, given: str) -> None:
     """Refuse a named binary format that the content clearly contradicts (text, or int64
     keys named as int32): the two misreads that would otherwise pass silently."""
     stream = _INTEGER_STREAMS.get(fmt)
@@ -364,13 +364,13 @@ def _check_given_format(path: Path, fmt: str) -> None:
         return
     sample = read_prefix(path, detect.SAMPLE_BYTES)
     if len(sample) >= 64 and detect.is_text(sample):
-        raise LcrInputError(f"--format {fmt} but the content is text; pass one of "
+        raise LcrInputError(f"--format {given} but the content is text; pass one of "
                             f"{', '.join(detect.TEXT_CANDIDATES)}", source=str(path))
     if stream.width == 4 and len(sample) % 8 == 0:
         words = np.frombuffer(sample[: len(sample) - len(sample) % 4], dtype=">i4")
         order = detect.int64_sign_words(words if stream.order == "be" else words.byteswap())
         if order:
-            raise LcrInputError(f"--format {fmt} but every other 32-bit word is 0 or -1: these are "
+            raise LcrInputError(f"--format {given} but every other 32-bit word is 0 or -1: these are "
                                 f"64-bit keys; pass --format int64-{stream.order}", source=str(path))
 
 
@@ -390,8 +390,8 @@ def read_trace(path: str | os.PathLike, fmt: str | None = None, limit: int | Non
         raise LcrInputError(f"limit must be at least 1 request, got {limit}", source=str(path))
     try:
         if fmt is not None:
-            fmt, how = canonical_format(fmt, str(path)), "--format"
-            _check_given_format(path, fmt)
+            given, fmt, how = fmt, canonical_format(fmt, str(path)), "--format"
+            _check_given_format(path, fmt, given)
         else:
             how = "name" if detect.format_from_name(path) else "content"
             fmt = detect_format(path)
