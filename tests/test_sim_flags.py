@@ -40,9 +40,8 @@ def run(capsys, *argv):
     (["sim-kv", QA, "--cache-tokens", "5%", "--seed", "-1"], "--seed must be a non-negative integer"),
     (["sim-kv", QA, "--cache-tokens", "5%", "--policies", ""], "--policies: give at least one policy"),
     (["sim-kv", QA, "--cache-tokens", "1e30"], "--cache-tokens: '1e30' is more than 2^62 tokens"),
-    (["sim-kv", QA, "--cache-tokens", "5%", "--block-tokens", "0"], "--block-tokens must be at least 1"),
     (["sim-kv", QA, "--cache-tokens", "5%", "--limit", "0"], "--limit must be at least 1 (prompts)"),
-    (["sim-kv", LOOP, "--cache-tokens", "5%"], "not a prefix-block trace"),
+    (["sim-kv", LOOP, "--cache-tokens", "5%", "--limit", "3"], "not a prefix-block trace"),
     (["sim-kv", "online_qa:turns_mean=0", "--cache-tokens", "5%"], "generator online_qa:"),
 ])
 def test_bad_flags_give_one_line_and_exit_2(capsys, argv, message):

@@ -62,15 +62,10 @@ def run(args) -> int:
     noises = [fixed_noise] if fixed_noise is not None else parse_noises(args.noise or "0", probability=True)
     check_limit(args.limit, "prompts")
     check_seed(args.seed)
-    if args.block_tokens < 1:
-        raise LcrInputError(f"--block-tokens must be at least 1, got {args.block_tokens}")
     check_output(args.json, "--json")
     check_output(args.plot, "--plot", PLOT_SUFFIXES)
     trace = load_trace(args.trace, None, None)
-    if trace.request_offsets is None:
-        raise LcrInputError(f"{args.trace}: not a prefix-block trace (Mooncake JSONL, online_qa or "
-                            f"aibrix); it has no prompts")
-    if args.limit is not None:
+    if args.limit is not None and trace.request_offsets is not None:  # build_workload refuses the rest
         trace = trace.first_prompts(args.limit)
     workload = build_workload(trace, args.block_tokens)
     capacities = parse_cache_tokens(args.cache_tokens, workload.distinct_tokens)
