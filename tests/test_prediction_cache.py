@@ -61,7 +61,7 @@ def test_a_sweep_makes_one_pass_and_equals_a_pass_per_run(trace, passes, tmp_pat
     assert passes == [] and again.passes == 0 and again.loaded == 1
 
 
-def test_the_key_covers_trace_content_and_settings(trace, passes, tmp_path):
+def test_the_key_covers_trace_content_and_settings(trace, passes, tmp_path, monkeypatch):
     cache = PredictionCache(tmp_path)
     first = cache.get("lightgbm:async", trace)
     PredictionCache(tmp_path).get("lightgbm:async", trace, seed=1)       # other settings
@@ -72,6 +72,16 @@ def test_the_key_covers_trace_content_and_settings(trace, passes, tmp_path):
     same = generate("zipf:requests=24000,keys=3000,alpha=0.9,seed=5")    # same content, new object
     assert np.array_equal(PredictionCache(tmp_path).get("lightgbm:async", same), first, equal_nan=True)
     assert len(passes) == 4
+    # A changed model setting (as a reworked predictor would bring) is a new pass.
+    import dataclasses
+
+    import lcr.predict
+
+    real = lcr.predict.learned_config
+    monkeypatch.setattr(lcr.predict, "learned_config",
+                        lambda base, seed=0: dataclasses.replace(real(base, seed), retrain_every=5000))
+    PredictionCache(tmp_path).get("lightgbm:async", trace)
+    assert len(passes) == 5
 
 
 def test_a_torn_cache_file_is_recomputed(trace, passes, tmp_path):
