@@ -53,6 +53,8 @@ def main() -> None:
 
     with Clock() as load:
         trace = load_trace(args.trace)
+    print(f"trace: {len(trace):,} requests, {trace.distinct_keys:,} keys; {load.wall:.1f} s wall, "
+          f"{load.cpu:.1f} s CPU", flush=True)
     sizes = parse_sizes(args.sizes, trace.distinct_keys, "--sizes")
     specs = [PolicySpec.parse(p) for p in args.policies.split(",")]
     phases = {"load": {"wall_s": load.wall, "cpu_s": load.cpu}}
@@ -62,18 +64,22 @@ def main() -> None:
             with Clock() as clock:
                 results = run_sweep(trace, specs, sizes, args.predictor, predictions=cache)
             phases[phase] = {"wall_s": clock.wall, "cpu_s": clock.cpu, "passes_computed": cache.passes,
-                             "passes_loaded": cache.loaded}
-            print(f"{phase}: {clock.wall:.1f} s wall, {clock.cpu:.1f} s CPU; {cache.summary()}", flush=True)
+                             "passes_loaded": cache.loaded, "pass_wall_s": cache.pass_seconds["wall"],
+                             "pass_cpu_s": cache.pass_seconds["cpu"], "load_average": os.getloadavg()}
+            print(f"{phase}: {clock.wall:.1f} s wall, {clock.cpu:.1f} s CPU (prediction pass "
+                  f"{cache.pass_seconds['cpu']:.1f} s CPU); {cache.summary()}; "
+                  f"load average {os.getloadavg()[0]:.1f}", flush=True)
     print(format_table(results))
     total = phases["load"]["wall_s"] + phases["cold"]["wall_s"]
+    total_cpu = phases["load"]["cpu_s"] + phases["cold"]["cpu_s"]
     doc = {"trace": args.trace, "requests": len(trace), "distinct_keys": trace.distinct_keys,
            "sizes": sizes, "policies": args.policies, "predictor": args.predictor,
-           "phases": phases, "total_cold_wall_s": total, "target_s": 300,
+           "phases": phases, "total_cold_wall_s": total, "total_cold_cpu_s": total_cpu, "target_s": 300,
            "load_average": os.getloadavg(), "machine": machine_description(),
            "results": [r.as_dict() for r in results]}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(doc, indent=1, default=float))
-    print(f"total (load + cold sweep): {total:.1f} s wall; load average {os.getloadavg()[0]:.1f}; "
+    print(f"total (load + cold sweep): {total:.1f} s wall, {total_cpu:.1f} s CPU; load average {os.getloadavg()[0]:.1f}; "
           f"wrote {args.out}")
 
 

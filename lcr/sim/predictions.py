@@ -88,6 +88,7 @@ class PredictionCache:
         self.progress = progress
         self.passes = 0
         self.loaded = 0
+        self.pass_seconds = {"wall": 0.0, "cpu": 0.0}  # spent computing passes
         self._memory: dict[tuple, np.ndarray] = {}
         self._code = None
 
@@ -122,9 +123,12 @@ class PredictionCache:
         values = self._load(digest, len(trace))
         if values is None:
             extra = {"capacity": capacity} if _takes(make_predictions, "capacity") else {}
+            wall, cpu = time.perf_counter(), time.process_time()
             with _PassTicker(f"{name} prediction pass over {len(trace):,} requests", self.progress):
                 values = np.ascontiguousarray(make_predictions(name, trace, noise, seed, **extra),
                                               dtype=np.float64)
+            self.pass_seconds["wall"] += time.perf_counter() - wall
+            self.pass_seconds["cpu"] += time.process_time() - cpu
             self.passes += 1
             self._store(digest, values, settings)
         else:
