@@ -18,7 +18,7 @@ uvicorn = pytest.importorskip("uvicorn")
 from lcr.errors import LcrInputError  # noqa: E402
 from lcr.predict.lightgbm_model import LightGBMConfig, LightGBMPredictor  # noqa: E402
 from lcr.predict.remote import RemotePredictor  # noqa: E402
-from lcr.predict.service import create_app  # noqa: E402
+from lcr.predict.service import create_app, server_config  # noqa: E402
 from lcr.predict.wire import encode_int64, encode_observations  # noqa: E402
 
 TOKEN = "test-token"
@@ -33,7 +33,7 @@ def free_port() -> int:
 class ServerThread:
     def __init__(self, app):
         self.port = free_port()
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="error"))
+        self.server = uvicorn.Server(server_config(app, "127.0.0.1", self.port, log_level="error"))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
     def __enter__(self):
