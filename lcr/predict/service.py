@@ -98,8 +98,13 @@ class _Lane:
         self.queued -= 1
         self.queued_bytes -= nbytes
 
-    async def run(self, fn, *args):
-        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+    def start(self, fn, *args) -> "asyncio.Future":
+        return asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+
+    def finished(self, future, nbytes: int) -> None:
+        self.release(nbytes)
+        if not future.cancelled() and future.exception() is not None:
+            log.error("predictor service work failed: %r", future.exception())
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -165,7 +170,7 @@ def create_app(predictor: "LightGBMPredictor | None" = None, token: "str | None"
                max_body_bytes: "int | None" = None, limits: "ServiceLimits | None" = None):
     fastapi, _ = require_service_deps()
     from fastapi import Depends, FastAPI, HTTPException, Request
-    from fastapi.responses import JSONResponse, Response
+    from fastapi.responses import Response
 
     limits = limits or ServiceLimits()
     if max_body_bytes is not None:
@@ -176,6 +181,7 @@ def create_app(predictor: "LightGBMPredictor | None" = None, token: "str | None"
              "predict": _Lane("predict", limits.max_queued, limits.max_queued_bytes)}
     started = time.time()
     counters = {"observe_requests": 0, "predict_requests": 0, "rejected_requests": 0, "busy_requests": 0}
+
     @contextlib.asynccontextmanager
     async def lifespan(app):
         yield
@@ -225,68 +231,56 @@ def create_app(predictor: "LightGBMPredictor | None" = None, token: "str | None"
             reject(408, f"body not received within {limits.body_timeout_s:g} s")
         return bytes(body)
 
-    async def on_lane(lane_name: str, request: Request, work):
-        """Admit (or 503), read the body, run ``work(body)`` on the lane's thread."""
+    def admit(lane_name: str, nbytes: int) -> _Lane:
         lane = lanes[lane_name]
-        nbytes = declared_length(request)
         try:
             lane.admit(nbytes)
         except Busy:
             counters["busy_requests"] += 1
             raise HTTPException(status_code=503, detail=f"{lane_name} queue is full; retry later",
                                 headers={"Retry-After": "1"}) from None
+        return lane
+
+    async def on_lane(lane_name: str, request: Request, decode, work, wait: bool = True):
+        """Admit (or 503), read the body, ``decode`` it here (cheap views; bad input is
+        400), then run ``work(decoded)`` on the lane's thread. With ``wait=False`` the
+        answer is ``decoded`` as soon as the work is queued."""
+        nbytes = declared_length(request)
+        lane = admit(lane_name, nbytes)
         try:
-            body = await read_body(request)
-            return await lane.run(work, body)
-        finally:
+            decoded = decode(await read_body(request))
+            future = lane.start(work, decoded)
+        except BaseException as err:
             lane.release(nbytes)
+            if isinstance(err, LcrInputError):
+                reject(400, str(err))
+            raise
+        future.add_done_callback(lambda done: lane.finished(done, nbytes))
+        return await future if wait else decoded
 
     guarded = [Depends(check_token)]
 
-    def bad_input(err: LcrInputError):
-        return JSONResponse({"detail": str(err)}, status_code=400)
-
     @app.post("/observe", dependencies=guarded)
     async def observe(request: Request):
-        def work(body):
-            try:
-                keys, times = decode_observations(body)
-            except LcrInputError as err:
-                return err
-            return host.observe(keys, times)
-        answer = await on_lane("observe", request, work)
-        if isinstance(answer, LcrInputError):
-            counters["rejected_requests"] += 1
-            return bad_input(answer)
+        # Answered once the body is read, checked and queued: the model catches up on
+        # the observe lane, so a client's deadline never waits for a large batch.
+        keys, _ = await on_lane("observe", request, decode_observations,
+                                lambda observations: host.observe(*observations), wait=False)
         counters["observe_requests"] += 1
-        return answer
+        return {"observed": len(keys)}
 
     @app.post("/predict", dependencies=guarded)
     async def predict(request: Request, now: int):
-        def work(body):
-            try:
-                return host.predict(decode_keys(body), now)
-            except LcrInputError as err:
-                return err
-        answer = await on_lane("predict", request, work)
-        if isinstance(answer, LcrInputError):
-            counters["rejected_requests"] += 1
-            return bad_input(answer)
+        answer = await on_lane("predict", request, decode_keys, lambda keys: host.predict(keys, now))
         counters["predict_requests"] += 1
         return Response(answer, media_type=CONTENT_TYPE)
 
     @app.post("/train", dependencies=guarded)
     async def train():
-        lane = lanes["observe"]
-        try:
-            lane.admit(0)
-        except Busy:
-            counters["busy_requests"] += 1
-            raise HTTPException(status_code=503, detail="observe queue is full; retry later") from None
-        try:
-            return await lane.run(host.train)
-        finally:
-            lane.release(0)
+        lane = admit("observe", 0)  # after the queued observations; one fit at a time
+        future = lane.start(host.train)
+        future.add_done_callback(lambda done: lane.finished(done, 0))
+        return await future
 
     @app.get("/health")
     async def health():
