@@ -6,9 +6,16 @@ only for the batch's misses, before the cache changes.
 
 - ``HostStore``: the table in host memory, pinned when CUDA is usable so that the copy
   of missed rows to the GPU runs asynchronously.
-- ``RedisStore``: one binary blob per row in a redis-server, read with pipelined MGETs.
+- ``RedisStore``: one binary blob per row in a redis-server or a Redis Cluster, read with
+  pipelined MGETs.
+
+Whatever a store returns, ``SlabHashCache.commit`` checks the rows' shape and dtype
+before it changes anything, so a faulty store can fail a batch but never corrupt the
+cache.
 """
 from __future__ import annotations
+
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import numpy as np
 import torch
@@ -57,11 +64,41 @@ class HostStore:
         return f"HostStore(rows={self.rows}, dim={self.dim}, dtype={self.dtype})"
 
 
+def redact_url(url: str) -> str:
+    """``url`` with any password replaced by ``***`` (userinfo and ``?password=``)."""
+    parts = urlsplit(url)
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, host = netloc.rsplit("@", 1)
+        user = userinfo.split(":", 1)[0] if ":" in userinfo else ""
+        netloc = f"{user}:***@{host}" if ":" in userinfo or user == "" else f"***@{host}"
+    query = "&".join(f"{k}=***" if k.lower() in ("password", "pass", "auth") else f"{k}={v}"
+                     for k, v in parse_qsl(parts.query, keep_blank_values=True))
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def _secrets(url: str) -> list[str]:
+    parts = urlsplit(url)
+    found = [parts.password] if parts.password else []
+    found += [v for k, v in parse_qsl(parts.query) if k.lower() in ("password", "pass", "auth") and v]
+    if parts.username and not parts.password and "@" in parts.netloc:
+        found.append(parts.username)  # redis://secret@host: the lone userinfo is the password
+    return found
+
+
 class RedisStore:
     """Rows as ``<prefix><row id>`` -> raw little-endian bytes of ``dim`` values.
 
-    ``url``: ``redis://host:port/db`` or ``unix:///path/to/redis.sock``.
+    ``url``: ``redis://[:password@]host:port/db`` or ``unix:///path/to/redis.sock``. When
+    the server is a Redis Cluster node, the store talks to the whole cluster: rows are
+    ``<prefix>{<row mod 256>}<row id>``, so a batch is one pipelined MGET per hash tag,
+    sent as one round trip per node, and a master failover is followed by the client.
+    ``<prefix>meta`` records dim and dtype; a store that would read the rows with
+    another layout is refused at construction. The password never appears in ``repr``
+    or in errors. Thread-safe as far as the redis client is (connection pools).
     """
+
+    TAGS = 256
 
     def __init__(self, url: str, dim: int, dtype="float32", prefix: str = "lcr:row:",
                  batch: int = 4096, timeout: float = 5.0):
@@ -70,49 +107,101 @@ class RedisStore:
         except ImportError as err:
             raise StoreUnavailable("RedisStore needs the redis client: pip install 'lcr[redis]'") from err
         self._redis_errors = (redis.RedisError, OSError)
-        self.url, self.dim, self.prefix, self.batch = url, int(dim), prefix, int(batch)
+        self.url, self.dim, self.prefix, self.batch = redact_url(url), int(dim), prefix, int(batch)
+        self._secrets = _secrets(url)
+        if self.dim < 1 or self.batch < 1:
+            raise StoreUnavailable(f"RedisStore: dim and batch must be at least 1, got {dim} and {batch}")
         self.dtype = _torch_dtype(dtype)
         self._np_dtype = np.dtype(_NUMPY_DTYPES[self.dtype]).newbyteorder("<")
         self._row_bytes = self.dim * self._np_dtype.itemsize
         try:
-            self.client = redis.Redis.from_url(url, socket_timeout=timeout,
-                                               socket_connect_timeout=timeout)
-            self.client.ping()
+            self.client = redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
+            self.cluster = self.client.info("cluster").get("cluster_enabled") == 1
+            if self.cluster:
+                from redis.cluster import RedisCluster
+
+                self.client.close()
+                self.client = RedisCluster.from_url(url, socket_timeout=timeout,
+                                                    socket_connect_timeout=timeout)
+            layout = self.client.get(self._meta_key)
         except self._redis_errors as err:
-            raise StoreUnavailable(f"cannot reach redis at {url}: {err}") from err
+            raise StoreUnavailable(f"cannot reach redis at {self.url}: {self._scrub(err)}") from None
+        if layout is not None and layout != self._layout:
+            raise StoreUnavailable(f"redis at {self.url}: rows under {prefix!r} were written as "
+                                   f"{layout.decode(errors='replace')}, not {self._layout.decode()}")
+
+    @property
+    def _meta_key(self) -> bytes:
+        return self.prefix.encode() + b"meta"
+
+    @property
+    def _layout(self) -> bytes:
+        return b"dim=%d,dtype=%s" % (self.dim, self._np_dtype.name.encode())
 
     def _key(self, row: int) -> bytes:
+        if self.cluster:
+            return b"%s{%d}%d" % (self.prefix.encode(), row % self.TAGS, row)
         return b"%s%d" % (self.prefix.encode(), row)
+
+    def _scrub(self, err: Exception) -> str:
+        text = str(err)
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
+        return text
 
     def load(self, table: np.ndarray, start: int = 0, chunk: int = 10_000) -> None:
         """Write ``table`` rows as rows ``start``, ``start + 1``, ... (bulk, pipelined)."""
-        table = np.ascontiguousarray(np.asarray(table).astype(self._np_dtype, copy=False))
+        table = np.asarray(table)
         if table.ndim != 2 or table.shape[1] != self.dim:
             raise ValueError(f"expected a [rows, {self.dim}] table, got shape {table.shape}")
+        table = np.ascontiguousarray(table.astype(self._np_dtype, copy=False))
         try:
+            self.client.set(self._meta_key, self._layout)
             for begin in range(0, len(table), chunk):
                 block = table[begin:begin + chunk]
                 pipe = self.client.pipeline(transaction=False)
-                pipe.mset({self._key(start + begin + i): row.tobytes() for i, row in enumerate(block)})
+                for group in self._groups(range(start + begin, start + begin + len(block))):
+                    pipe.mset({self._key(r): block[r - start - begin].tobytes() for r in group})
                 pipe.execute()
         except self._redis_errors as err:
-            raise StoreError(f"loading rows into redis at {self.url} failed: {err}") from err
+            raise StoreError(f"loading rows into redis at {self.url} failed: {self._scrub(err)}") from None
+
+    def _groups(self, rows) -> list[list[int]]:
+        """Rows split into multi-key commands: by hash tag on a cluster (one slot each),
+        in ``batch``-sized runs otherwise."""
+        rows = list(rows)
+        if not self.cluster:
+            return [rows[i:i + self.batch] for i in range(0, len(rows), self.batch)]
+        by_tag: dict[int, list[int]] = {}
+        for row in rows:
+            by_tag.setdefault(row % self.TAGS, []).append(row)
+        return [g[i:i + self.batch] for g in by_tag.values() for i in range(0, len(g), self.batch)]
 
     def fetch(self, keys: torch.Tensor) -> torch.Tensor:
         rows = [int(k) for k in keys.cpu().tolist()]
+        groups = self._groups(rows)
         try:
             pipe = self.client.pipeline(transaction=False)
-            for begin in range(0, len(rows), self.batch):
-                pipe.mget([self._key(r) for r in rows[begin:begin + self.batch]])
-            blobs = [blob for reply in pipe.execute() for blob in reply]
+            for group in groups:
+                pipe.mget([self._key(r) for r in group])
+            replies = pipe.execute()
         except self._redis_errors as err:
-            raise StoreError(f"fetching {len(rows)} rows from redis at {self.url} failed: {err}") from err
+            raise StoreError(f"fetching {len(rows)} rows from redis at {self.url} failed: "
+                             f"{self._scrub(err)}") from None
+        blob_of = {}
+        for group, reply in zip(groups, replies):
+            blob_of.update(zip(group, reply))
         out = np.empty((len(rows), self.dim), dtype=self._np_dtype)
-        for i, (row, blob) in enumerate(zip(rows, blobs)):
+        for i, row in enumerate(rows):
+            blob = blob_of.get(row)
             if blob is None or len(blob) != self._row_bytes:
                 raise StoreError(f"redis at {self.url} has no valid row {row}")
             out[i] = np.frombuffer(blob, dtype=self._np_dtype)
         return torch.from_numpy(out.astype(self._np_dtype.newbyteorder("="), copy=False))
 
+    def close(self) -> None:
+        self.client.close()
+
     def __repr__(self) -> str:
-        return f"RedisStore({self.url!r}, dim={self.dim}, dtype={self.dtype})"
+        kind = "cluster" if self.cluster else "server"
+        return f"RedisStore({self.url!r}, {kind}, dim={self.dim}, dtype={self.dtype})"
