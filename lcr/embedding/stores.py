@@ -91,8 +91,8 @@ class RedisStore:
 
     ``url``: ``redis://[:password@]host:port/db`` or ``unix:///path/to/redis.sock``. When
     the server is a Redis Cluster node, the store talks to the whole cluster: rows are
-    ``<prefix>{<row mod 256>}<row id>``, so a batch is one pipelined MGET per hash tag,
-    sent as one round trip per node, and a master failover is followed by the client.
+    ``<prefix>{<row mod 256>}<row id>``, so a batch is one MGET per hash tag present,
+    pipelined per node, and a master failover is followed by the client.
     ``<prefix>meta`` records dim and dtype; a store that would read the rows with
     another layout is refused at construction. The password never appears in ``repr``
     or in errors. Thread-safe as far as the redis client is (connection pools).
@@ -159,45 +159,45 @@ class RedisStore:
             self.client.set(self._meta_key, self._layout)
             for begin in range(0, len(table), chunk):
                 block = table[begin:begin + chunk]
-                pipe = self.client.pipeline(transaction=False)
-                for group in self._groups(range(start + begin, start + begin + len(block))):
-                    pipe.mset({self._key(r): block[r - start - begin].tobytes() for r in group})
-                pipe.execute()
+                mapping = {self._key(start + begin + i): row.tobytes() for i, row in enumerate(block)}
+                if self.cluster:
+                    self.client.mset_nonatomic(mapping)  # one MSET per slot, pipelined per node
+                else:
+                    self.client.mset(mapping)
         except self._redis_errors as err:
             raise StoreError(f"loading rows into redis at {self.url} failed: {self._scrub(err)}") from None
 
-    def _groups(self, rows) -> list[list[int]]:
-        """Rows split into multi-key commands: by hash tag on a cluster (one slot each),
-        in ``batch``-sized runs otherwise."""
-        rows = list(rows)
-        if not self.cluster:
-            return [rows[i:i + self.batch] for i in range(0, len(rows), self.batch)]
-        by_tag: dict[int, list[int]] = {}
-        for row in rows:
-            by_tag.setdefault(row % self.TAGS, []).append(row)
-        return [g[i:i + self.batch] for g in by_tag.values() for i in range(0, len(g), self.batch)]
-
     def fetch(self, keys: torch.Tensor) -> torch.Tensor:
         rows = [int(k) for k in keys.cpu().tolist()]
-        groups = self._groups(rows)
+        names = [self._key(r) for r in rows]
         try:
-            pipe = self.client.pipeline(transaction=False)
-            for group in groups:
-                pipe.mget([self._key(r) for r in group])
-            replies = pipe.execute()
+            if self.cluster:  # one MGET per hash tag present, pipelined per node
+                blobs = self.client.mget_nonatomic(names)
+            else:
+                pipe = self.client.pipeline(transaction=False)
+                for begin in range(0, len(names), self.batch):
+                    pipe.mget(names[begin:begin + self.batch])
+                blobs = [blob for reply in pipe.execute() for blob in reply]
         except self._redis_errors as err:
+            self._refresh_topology()
             raise StoreError(f"fetching {len(rows)} rows from redis at {self.url} failed: "
                              f"{self._scrub(err)}") from None
-        blob_of = {}
-        for group, reply in zip(groups, replies):
-            blob_of.update(zip(group, reply))
         out = np.empty((len(rows), self.dim), dtype=self._np_dtype)
-        for i, row in enumerate(rows):
-            blob = blob_of.get(row)
+        for i, (row, blob) in enumerate(zip(rows, blobs)):
             if blob is None or len(blob) != self._row_bytes:
                 raise StoreError(f"redis at {self.url} has no valid row {row}")
             out[i] = np.frombuffer(blob, dtype=self._np_dtype)
         return torch.from_numpy(out.astype(self._np_dtype.newbyteorder("="), copy=False))
+
+    def _refresh_topology(self) -> None:
+        """After a failed cluster call, re-read which node serves which slots (a replica
+        may have been promoted), so the next batch goes to the new master."""
+        if not self.cluster:
+            return
+        try:
+            self.client.nodes_manager.initialize()
+        except self._redis_errors:
+            pass  # still failing over: the next batch tries again
 
     def close(self) -> None:
         self.client.close()
