@@ -193,7 +193,7 @@ def get_json(url):
         return json.loads(response.read())
 
 
-def wait_observed(server, count, timeout=10.0):
+def wait_observed(server, count, timeout=60.0):
     """Observations are answered once queued; wait until the model has taken them."""
     model = server.app.state.predictor
     deadline = time.monotonic() + timeout

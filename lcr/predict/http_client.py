@@ -30,6 +30,10 @@ class CallFailed(Exception):
     """The call did not complete: unreachable, too slow, or not HTTP."""
 
 
+class ConnectFailed(CallFailed):
+    """No connection could be made (nothing listening, host unreachable)."""
+
+
 class StaleConnection(CallFailed):
     """A reused connection was closed by the server before answering (safe to resend)."""
 
@@ -92,7 +96,10 @@ class _Connection:
             if reused and not got_any:
                 raise StaleConnection(str(err) or type(err).__name__) from None
             raise CallFailed(f"{type(err).__name__}: {err}") from None
-        except (OSError, CallFailed) as err:
+        except CallFailed:
+            self.close()
+            raise
+        except OSError as err:
             self.close()
             raise CallFailed(f"{type(err).__name__}: {err}") from None
 
@@ -104,8 +111,10 @@ class _Connection:
             if ep.tls is not None:
                 sock.settimeout(_left(deadline))
                 sock = ep.tls.wrap_socket(sock, server_hostname=ep.host)
+        except TimeoutError as err:  # slow to accept: busy, not gone
+            raise CallFailed(f"connecting to {ep.url}: {err}") from None
         except OSError as err:
-            raise CallFailed(f"cannot connect to {ep.url}: {err}") from None
+            raise ConnectFailed(f"cannot connect to {ep.url}: {err}") from None
         self.sock = sock
 
     def _send(self, data: bytes, deadline: float) -> None:
@@ -211,4 +220,4 @@ def _request_head(method: str, path: str, endpoint: Endpoint, headers: dict, len
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
 
-__all__ = ["CallFailed", "ConnectionPool", "Endpoint", "StaleConnection"]
+__all__ = ["CallFailed", "ConnectFailed", "ConnectionPool", "Endpoint", "StaleConnection"]

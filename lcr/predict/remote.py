@@ -1,17 +1,20 @@
 """RemotePredictor: the Predictor interface over one or more ``lcr serve-predictor`` replicas.
 
-- Observations are buffered (at most ``max_buffered``; beyond that the oldest are
-  dropped and counted) and sent in batches of ``flush_every`` and before each
-  prediction, so the access path does not pay a round trip per key.
+- Observations are buffered and sent in batches by a background thread (at least every
+  ``flush_interval_s``, at once when ``flush_every`` are waiting) and before each
+  prediction, so the access path never waits for the network. At most ``max_buffered``
+  wait; beyond that the oldest are dropped and counted, as are batches no replica took.
 - Several replica URLs: each key belongs to one replica by consistent hashing (64
   virtual nodes per replica), so a key's history and its predictions stay on one model.
-  While a replica is down its keys move to the next live replica on the ring, and move
-  back when it answers again.
-- Every call has a deadline for the whole call (``deadline_s``): if a replica is down,
-  slow, or answers nonsense, its keys predict NaN ("unknown", so the cache falls back
-  to LRU), a warning is logged once per outage, and the replica is skipped for
-  ``retry_after_s`` before being tried again. A busy replica (503) is not an outage:
-  that call's keys are NaN, nothing is marked down. Nothing raises.
+  While a replica cannot be reached (connection refused, reset, unreachable) it is
+  "down" for ``retry_after_s``: its keys move to the next live replica on the ring, and
+  move back when it answers again.
+- ``predict`` has a deadline for the whole call (``deadline_s``): keys whose replica is
+  down, slower than the deadline, or answers nonsense predict NaN ("unknown", so the
+  cache falls back to LRU) and a warning is logged once per outage. A replica that was
+  too slow is not asked for predictions for ``retry_after_s`` (so a hung service costs
+  one deadline, not one per call) but still gets observations, with the longer
+  ``observe_deadline_s``. A busy replica (503) only costs that call. Nothing raises.
 
 Thread-safe: the buffer is guarded by a lock and each request uses its own pooled
 connection, so caches may share one client across threads (e.g. inside AsyncPredictor).
@@ -28,7 +31,7 @@ import numpy as np
 
 from lcr.errors import LcrInputError
 from lcr.predict.base import Predictor
-from lcr.predict.http_client import CallFailed, ConnectionPool, Endpoint
+from lcr.predict.http_client import CallFailed, ConnectFailed, ConnectionPool, Endpoint
 from lcr.predict.lightgbm_model import validate_keys
 from lcr.predict.wire import CONTENT_TYPE, decode_predictions, encode_int64, encode_observations
 
@@ -39,6 +42,10 @@ VIRTUAL_NODES = 64
 
 class ServiceUnavailable(Exception):
     """A replica could not answer (down, too slow, or wrong answer)."""
+
+
+class ServiceDown(ServiceUnavailable):
+    """A replica could not be reached at all."""
 
 
 class ServiceBusy(Exception):
@@ -84,19 +91,23 @@ class _Replica:
         self.endpoint = Endpoint(url)
         self.url = url
         self.pool = ConnectionPool(self.endpoint, size=pool_size)
-        self.down_until = 0.0
+        self.down_until = 0.0  # unreachable: its keys go to the next live replica
+        self.slow_until = 0.0  # missed a deadline: no predictions asked until then
         self.warned = False
 
 
 class RemotePredictor(Predictor):
     def __init__(self, url: str | Sequence[str] = "http://127.0.0.1:8765", deadline_s: float = 0.05,
                  token: str | None = None, flush_every: int = 4096, retry_after_s: float = 1.0,
-                 max_buffered: int | None = None, pool_size: int = 8):
+                 max_buffered: int | None = None, pool_size: int = 8, flush_interval_s: float = 0.1,
+                 observe_deadline_s: float = 2.0):
         urls = [url] if isinstance(url, str) else list(url)
         if not urls:
             raise LcrInputError("RemotePredictor needs at least one replica URL")
-        if not deadline_s > 0:
-            raise LcrInputError(f"deadline_s must be > 0, got {deadline_s}")
+        for name, value in (("deadline_s", deadline_s), ("flush_interval_s", flush_interval_s),
+                            ("observe_deadline_s", observe_deadline_s)):
+            if not value > 0:
+                raise LcrInputError(f"{name} must be > 0, got {value}")
         if flush_every < 1:
             raise LcrInputError(f"flush_every must be at least 1, got {flush_every}")
         self.replicas = [_Replica(u, pool_size) for u in urls]
@@ -104,6 +115,7 @@ class RemotePredictor(Predictor):
         self.url = urls[0] if len(urls) == 1 else ",".join(urls)
         self.name = f"remote({self.url})"
         self.deadline_s, self.flush_every, self.retry_after_s = deadline_s, flush_every, retry_after_s
+        self.observe_deadline_s = observe_deadline_s
         self.max_buffered = max_buffered if max_buffered is not None else 16 * flush_every
         if self.max_buffered < flush_every:
             raise LcrInputError(f"max_buffered ({self.max_buffered}) must be at least flush_every ({flush_every})")
@@ -115,6 +127,11 @@ class RemotePredictor(Predictor):
         self._times: list[int] = []
         self.metrics = {"fallbacks": 0, "busy": 0, "dropped_observations": 0, "sent_observations": 0,
                         "requests": 0}
+        self._wake = threading.Event()
+        self._closed = False
+        self._flusher = threading.Thread(target=self._flush_loop, args=(flush_interval_s,),
+                                         name="lcr-remote-flush", daemon=True)
+        self._flusher.start()
 
     @property
     def reconnects(self) -> int:
@@ -131,51 +148,53 @@ class RemotePredictor(Predictor):
                 self.metrics["dropped_observations"] += overflow
             due = len(self._keys) >= self.flush_every
         if due:
-            self.flush()
+            self._wake.set()
 
     def predict(self, keys: Sequence[int] | np.ndarray, now: int) -> np.ndarray:
         keys = validate_keys(keys)
         if not np.isfinite(now):
             raise LcrInputError(f"now must be a finite time, got {now}")
+        self.flush()  # the service sees every observation made before this prediction
         deadline = time.monotonic() + self.deadline_s
-        self.flush(deadline)
         out = np.full(len(keys), np.nan)
         owners = self.ring.owners_of(keys, self._live())
+        now_s = time.monotonic()
         for index in np.unique(owners[owners >= 0]).tolist():
             mine = np.flatnonzero(owners == index)
+            if now_s < self.replicas[index].slow_until:
+                self._count("fallbacks")
+                continue
             try:
                 body = self._post(index, f"/predict?now={int(now)}", encode_int64(keys[mine]), deadline)
                 out[mine] = decode_predictions(body, len(mine))
             except (ServiceUnavailable, ServiceBusy, LcrInputError) as err:
+                if isinstance(err, ServiceUnavailable) and not isinstance(err, ServiceDown):
+                    self.replicas[index].slow_until = time.monotonic() + self.retry_after_s
                 self._fall_back(index, err)
         if (owners < 0).any():
-            with self._lock:
-                self.metrics["fallbacks"] += 1
+            self._count("fallbacks")
         return out
 
-    def flush(self, deadline: float | None = None) -> None:
-        """Send buffered observations; what cannot be sent is dropped (and counted)."""
+    def flush(self) -> None:
+        """Send buffered observations now; what no replica takes is dropped (and counted)."""
         with self._lock:
             if not self._keys:
                 return
             keys = np.array(self._keys, dtype=np.int64)
             times = np.array(self._times, dtype=np.int64)
             self._keys, self._times = [], []
-        deadline = deadline if deadline is not None else time.monotonic() + self.deadline_s
+        deadline = time.monotonic() + self.observe_deadline_s
         owners = self.ring.owners_of(keys, self._live())
         dropped = int(np.count_nonzero(owners < 0))
         for index in np.unique(owners[owners >= 0]).tolist():
             mine = owners == index
             try:
                 self._post(index, "/observe", encode_observations(keys[mine], times[mine]), deadline)
-                with self._lock:
-                    self.metrics["sent_observations"] += int(mine.sum())
+                self._count("sent_observations", int(mine.sum()))
             except (ServiceUnavailable, ServiceBusy) as err:
                 dropped += int(mine.sum())
                 self._fall_back(index, err)
-        if dropped:
-            with self._lock:
-                self.metrics["dropped_observations"] += dropped
+        self._count("dropped_observations", dropped)
 
     def train(self) -> bool:
         """Fit every live replica now; True if all of them answered."""
@@ -187,48 +206,64 @@ class RemotePredictor(Predictor):
             except (ServiceUnavailable, ServiceBusy) as err:
                 self._fall_back(index, err)
                 ok = False
-        return ok and self._live().any()
+        return ok and bool(self._live().any())
 
     def close(self) -> None:
+        """Send what is buffered, stop the flusher, close the connections."""
+        self._closed = True
+        self._wake.set()
+        self._flusher.join(self.observe_deadline_s + 1)
+        self.flush()
         for replica in self.replicas:
             replica.pool.close()
 
     # -- transport -----------------------------------------------------------------------
+    def _flush_loop(self, interval: float) -> None:
+        while not self._closed:
+            self._wake.wait(interval)
+            self._wake.clear()
+            self.flush()
+
+    def _count(self, name: str, amount: int = 1) -> None:
+        if amount:
+            with self._lock:
+                self.metrics[name] += amount
+
     def _live(self) -> np.ndarray:
         now = time.monotonic()
         return np.array([now >= r.down_until for r in self.replicas])
 
     def _post(self, index: int, path: str, body: bytes, deadline: float) -> bytes:
         replica = self.replicas[index]
-        with self._lock:
-            self.metrics["requests"] += 1
+        self._count("requests")
         try:
             status, payload = replica.pool.call("POST", path, self._headers, body, deadline)
+        except ConnectFailed as err:
+            replica.down_until = time.monotonic() + self.retry_after_s
+            raise ServiceDown(str(err)) from None
         except CallFailed as err:
-            with self._lock:
-                replica.down_until = time.monotonic() + self.retry_after_s
             raise ServiceUnavailable(str(err)) from None
         if status == 503:
             raise ServiceBusy(f"HTTP 503: {payload[:200].decode(errors='replace')}")
         if status != 200:
             raise ServiceUnavailable(f"HTTP {status}: {payload[:200].decode(errors='replace')}")
+        replica.slow_until = 0.0
         if replica.warned:
-            with self._lock:
-                replica.warned = False
+            replica.warned = False
             log.warning("predictor service %s is answering again", replica.url)
         return payload
 
     def _fall_back(self, index: int, err: Exception) -> None:
         replica = self.replicas[index]
+        if isinstance(err, ServiceBusy):
+            self._count("busy")
+            return
+        self._count("fallbacks")
         with self._lock:
-            if isinstance(err, ServiceBusy):
-                self.metrics["busy"] += 1
-                return
-            self.metrics["fallbacks"] += 1
             warn, replica.warned = not replica.warned, True
         if warn:
             log.warning("predictor service %s unavailable (%s); its keys predict unknown, "
                         "caches fall back to LRU", replica.url, err)
 
 
-__all__ = ["HashRing", "RemotePredictor", "ServiceBusy", "ServiceUnavailable"]
+__all__ = ["HashRing", "RemotePredictor", "ServiceBusy", "ServiceDown", "ServiceUnavailable"]
