@@ -3,8 +3,11 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 
 from lcr.errors import LcrInputError
+
+SWITCH_INTERVAL_S = 0.0005
 
 
 def register(subparsers) -> None:
@@ -79,6 +82,9 @@ def run(args) -> int:
     config = LightGBMConfig(features=FeatureConfig(mode=args.features), weak=args.weak,
                             retrain_every=args.retrain_every, window=args.window, background=True)
     app = create_app(LightGBMPredictor(config), token=args.token, limits=limits)
+    # Model work holds the GIL on the worker lanes; a shorter switch interval hands it
+    # back to the event loop sooner, which keeps /health and small requests quick.
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     tls = {"ssl_certfile": args.ssl_certfile, "ssl_keyfile": args.ssl_keyfile} if args.ssl_certfile else {}
     uvicorn.Server(server_config(app, args.host, args.port, **tls)).run()
     return 0
