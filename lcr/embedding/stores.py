@@ -178,8 +178,7 @@ class RedisStore:
                 for begin in range(0, len(names), self.batch):
                     pipe.mget(names[begin:begin + self.batch])
                 blobs = [blob for reply in pipe.execute() for blob in reply]
-        except self._redis_errors as err:
-            self._refresh_topology()
+        except self._redis_errors as err:  # the cluster client re-reads the slot map itself
             raise StoreError(f"fetching {len(rows)} rows from redis at {self.url} failed: "
                              f"{self._scrub(err)}") from None
         out = np.empty((len(rows), self.dim), dtype=self._np_dtype)
@@ -188,16 +187,6 @@ class RedisStore:
                 raise StoreError(f"redis at {self.url} has no valid row {row}")
             out[i] = np.frombuffer(blob, dtype=self._np_dtype)
         return torch.from_numpy(out.astype(self._np_dtype.newbyteorder("="), copy=False))
-
-    def _refresh_topology(self) -> None:
-        """After a failed cluster call, re-read which node serves which slots (a replica
-        may have been promoted), so the next batch goes to the new master."""
-        if not self.cluster:
-            return
-        try:
-            self.client.nodes_manager.initialize()
-        except self._redis_errors:
-            pass  # still failing over: the next batch tries again
 
     def close(self) -> None:
         self.client.close()
