@@ -54,10 +54,10 @@ def rss_mb(pid: int) -> float:
     return float("nan")
 
 
-def start_service(port: int, max_keys: int) -> subprocess.Popen:
+def start_service(port: int, max_keys: int, features: str = "full") -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen([sys.executable, "-m", "lcr", "serve-predictor", "--port", str(port),
-                             "--max-keys", str(max_keys), "--features", "compact"],
+                             "--max-keys", str(max_keys), "--features", features],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     pool = ConnectionPool(Endpoint(f"http://127.0.0.1:{port}"))
     deadline = time.monotonic() + 60
@@ -220,13 +220,14 @@ def main() -> int:
     parser.add_argument("--big", action="store_true", help="keep one 16 MiB /observe in flight")
     parser.add_argument("--async-client", action="store_true", help="also run AsyncPredictor(RemotePredictor)")
     parser.add_argument("--processes", type=int, default=4, help="client processes (clients spread over them)")
+    parser.add_argument("--features", choices=("full", "compact"), default="full", help="the service's feature layout")
     parser.add_argument("--out", default=str(RESULTS))
     args = parser.parse_args()
     rows = []
     for mode in args.modes.split(","):
         for clients in (int(c) for c in args.clients.split(",")):
             port = free_port()
-            service = start_service(port, args.max_keys)  # a fresh service per configuration
+            service = start_service(port, args.max_keys, args.features)  # a fresh service per configuration
             try:
                 row = run_config(f"http://127.0.0.1:{port}", service.pid, clients, mode, args.duration,
                                  args.big, args.async_client, args.processes)

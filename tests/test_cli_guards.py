@@ -65,3 +65,17 @@ def test_bad_input_is_one_line_and_exit_2(argv, message, tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(f"lcr {argv[0]}: error: ") and message in err, err
     assert "hunter2" not in err
+
+
+@pytest.mark.parametrize("url, shown", [
+    ("redis://:hunter2@host:6379/0", "redis://:***@host:6379/0"),
+    ("redis://alice:hunter2@host:6379/0", "redis://alice:***@host:6379/0"),
+    ("redis://hunter2@host/0", "redis://:***@host/0"),
+    ("unix:///tmp/r.sock?db=1&password=hunter2", "unix:///tmp/r.sock?db=1&password=***"),
+    ("redis://host:6379/0", "redis://host:6379/0"),
+])
+def test_redact_url_hides_every_password_form(url, shown):
+    from lcr.redact import redact_url, url_secrets
+
+    assert redact_url(url) == shown
+    assert ("hunter2" in url_secrets(url)) == ("hunter2" in url)

@@ -107,17 +107,26 @@ def make_store(args, rows: int):
     import numpy as np
     import torch
 
-    from lcr.embedding.stores import HostStore, RedisStore, redact_url
+    from lcr.embedding.stores import HostStore, RedisStore
 
     table = np.random.default_rng(args.seed).standard_normal((rows, args.dim), dtype=np.float32)
     table = table.astype(args.dtype)
-    if args.store == "host":
+    if store_kind(args.store) == "host":
         return HostStore(torch.from_numpy(table))
-    if args.store.startswith(("redis://", "rediss://", "unix://")):
-        store = RedisStore(args.store, args.dim, args.dtype)
-        store.load(table)
-        return store
-    raise LcrInputError(f"--store: {redact_url(args.store)!r}; valid: host or a redis URL")
+    store = RedisStore(args.store, args.dim, args.dtype)
+    store.load(table)
+    return store
+
+
+def store_kind(text: str) -> str:
+    """``host`` or ``redis``; anything else is refused (with any password hidden)."""
+    if text == "host":
+        return "host"
+    if text.startswith(("redis://", "rediss://", "unix://")):
+        return "redis"
+    from lcr.redact import redact_url
+
+    raise LcrInputError(f"--store: {redact_url(text)!r}; valid: host or a redis URL")
 
 
 def check_args(args: argparse.Namespace) -> tuple[list[str], list[float], list[int]]:
@@ -144,6 +153,7 @@ def check_args(args: argparse.Namespace) -> tuple[list[str], list[float], list[i
     for flag, path in (("--json", args.json), ("--plot", args.plot)):
         if path:
             check_output_path(path, flag)
+    store_kind(args.store)
     itemsize = 2 if args.dtype == "float16" else 4
     lookups = (args.warmup + args.batches) * max(sizes) * args.pooling
     table = args.table_rows * args.dim * itemsize
@@ -161,7 +171,7 @@ def run(args: argparse.Namespace) -> int:
             raise LcrInputError("--device cuda: no CUDA GPU (or lcr was built without nvcc)")
 
     from lcr.embedding.bench import format_table, plot_latency, run_sls_bench
-    from lcr.embedding.stores import redact_url
+    from lcr.redact import redact_url
     from lcr.traces import Trace
 
     workload = load_workload(args)

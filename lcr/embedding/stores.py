@@ -15,12 +15,11 @@ cache.
 """
 from __future__ import annotations
 
-from urllib.parse import parse_qsl, urlsplit, urlunsplit
-
 import numpy as np
 import torch
 
 from lcr.errors import LcrInputError
+from lcr.redact import redact_url, url_secrets
 
 _NUMPY_DTYPES = {torch.float32: np.float32, torch.float16: np.float16}
 
@@ -64,28 +63,6 @@ class HostStore:
         return f"HostStore(rows={self.rows}, dim={self.dim}, dtype={self.dtype})"
 
 
-def redact_url(url: str) -> str:
-    """``url`` with any password replaced by ``***`` (userinfo and ``?password=``)."""
-    parts = urlsplit(url)
-    netloc = parts.netloc
-    if "@" in netloc:
-        userinfo, host = netloc.rsplit("@", 1)
-        user = userinfo.split(":", 1)[0] if ":" in userinfo else ""
-        netloc = f"{user}:***@{host}" if ":" in userinfo or user == "" else f"***@{host}"
-    query = "&".join(f"{k}=***" if k.lower() in ("password", "pass", "auth") else f"{k}={v}"
-                     for k, v in parse_qsl(parts.query, keep_blank_values=True))
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
-
-
-def _secrets(url: str) -> list[str]:
-    parts = urlsplit(url)
-    found = [parts.password] if parts.password else []
-    found += [v for k, v in parse_qsl(parts.query) if k.lower() in ("password", "pass", "auth") and v]
-    if parts.username and not parts.password and "@" in parts.netloc:
-        found.append(parts.username)  # redis://secret@host: the lone userinfo is the password
-    return found
-
-
 class RedisStore:
     """Rows as ``<prefix><row id>`` -> raw little-endian bytes of ``dim`` values.
 
@@ -108,7 +85,7 @@ class RedisStore:
             raise StoreUnavailable("RedisStore needs the redis client: pip install 'lcr[redis]'") from err
         self._redis_errors = (redis.RedisError, OSError)
         self.url, self.dim, self.prefix, self.batch = redact_url(url), int(dim), prefix, int(batch)
-        self._secrets = _secrets(url)
+        self._secrets = url_secrets(url)
         if self.dim < 1 or self.batch < 1:
             raise StoreUnavailable(f"RedisStore: dim and batch must be at least 1, got {dim} and {batch}")
         self.dtype = _torch_dtype(dtype)
