@@ -56,9 +56,12 @@ def rss_mb(pid: int) -> float:
 
 def start_service(port: int, max_keys: int, features: str = "full") -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # The service's log goes to a file: an unread pipe would fill up and block it.
+    log = open(RESULTS.parent / f"service_load.{port}.log", "w+")
     proc = subprocess.Popen([sys.executable, "-m", "lcr", "serve-predictor", "--port", str(port),
                              "--max-keys", str(max_keys), "--features", features],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                            env=env, stdout=log, stderr=subprocess.STDOUT)
+    proc.log = log
     pool = ConnectionPool(Endpoint(f"http://127.0.0.1:{port}"))
     deadline = time.monotonic() + 60
     while True:
@@ -68,7 +71,8 @@ def start_service(port: int, max_keys: int, features: str = "full") -> subproces
         except CallFailed:
             pass
         if proc.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"service did not start: {proc.stderr.read().decode()[-500:]}")
+            log.seek(0)
+            raise RuntimeError(f"service did not start: {log.read()[-500:]}")
         time.sleep(0.1)
 
 
@@ -81,7 +85,7 @@ def _client_loop(url: str, index: int, mode: str, stop_at: float, out: list) -> 
     base = (index + 1) << 40
     fixed = np.arange(base, base + KEYS_PER_ROUND, dtype=np.int64)
     t = counter = rounds = errors = busy = 0
-    latencies = []
+    latencies, samples = [], []
     while time.monotonic() < stop_at:
         if mode == "fixed":
             keys = fixed
@@ -98,10 +102,11 @@ def _client_loop(url: str, index: int, mode: str, stop_at: float, out: list) -> 
             busy += (status == 503) + (status2 == 503)
             errors += (status not in (200, 503)) + (status2 not in (200, 503))
             rounds += 1
-        except CallFailed:
+        except CallFailed as err:
             errors += 1
+            samples.append(str(err))
     pool.close()
-    out.append({"latencies": latencies, "rounds": rounds, "errors": errors, "busy": busy})
+    out.append({"latencies": latencies, "rounds": rounds, "errors": errors, "busy": busy, "samples": samples[:3]})
 
 
 def run_clients(url: str, indices: list[int], mode: str, stop_at: float) -> dict:
@@ -113,6 +118,7 @@ def run_clients(url: str, indices: list[int], mode: str, stop_at: float) -> dict
     for thread in threads:
         thread.join()
     return {"latencies": [x for o in out for x in o["latencies"]],
+            "error_samples": [x for o in out for x in o["samples"]][:5],
             **{k: sum(o[k] for o in out) for k in ("rounds", "errors", "busy")}}
 
 
@@ -150,8 +156,9 @@ def run_big(url: str, stop_at: float) -> dict:
     return {"big_sent": sent}
 
 
-def run_async(url: str, stop_at: float) -> dict:
-    """A cache's use: AsyncPredictor(RemotePredictor), observe and submit on every access."""
+def run_async(url: str, stop_at: float, rate: float) -> dict:
+    """A cache's use: AsyncPredictor(RemotePredictor), observe and submit on every access,
+    ``rate`` accesses per second."""
     from lcr.predict.async_predictor import AsyncConfig, AsyncPredictor
     from lcr.predict.remote import RemotePredictor
 
@@ -159,13 +166,14 @@ def run_async(url: str, stop_at: float) -> dict:
     predictor = AsyncPredictor(remote, AsyncConfig(max_pending=4096))
     rng = np.random.default_rng(0)
     observed = t = 0
+    start = time.monotonic()
     while time.monotonic() < stop_at:
-        for key in (rng.zipf(1.2, 512) % 100_000).tolist():
+        for key in (rng.zipf(1.2, 64) % 100_000).tolist():
             predictor.observe(key, t)
             predictor.submit([key], t, lambda k, v: None)
             t += 1
             observed += 1
-        time.sleep(0.002)
+        time.sleep(max(0.0, start + observed / rate - time.monotonic()))
     predictor.drain(5)
     remote.flush()
     predictor.close()
@@ -177,7 +185,7 @@ def run_async(url: str, stop_at: float) -> dict:
 
 
 def run_config(url: str, pid: int, clients: int, mode: str, duration: float, big: bool, async_client: bool,
-               processes: int) -> dict:
+               processes: int, async_rate: float = 5000.0) -> dict:
     from concurrent.futures import ProcessPoolExecutor
 
     stop_at = time.monotonic() + duration
@@ -189,7 +197,7 @@ def run_config(url: str, pid: int, clients: int, mode: str, duration: float, big
         if big:
             futures.append(pool.submit(run_big, url, stop_at))
         if async_client:
-            futures.append(pool.submit(run_async, url, stop_at))
+            futures.append(pool.submit(run_async, url, stop_at, async_rate))
         while time.monotonic() < stop_at:
             time.sleep(1.0)
             rss.append(rss_mb(pid))
@@ -200,7 +208,8 @@ def run_config(url: str, pid: int, clients: int, mode: str, duration: float, big
     row = {"clients": clients, "keys": mode, "duration_s": duration, "big_request": big, "rounds": rounds,
            "rounds_per_s": rounds / duration, "predict_p50_ms": percentile_ms(latencies, 50),
            "predict_p99_ms": percentile_ms(latencies, 99),
-           "errors": sum(p.get("errors", 0) for p in parts), "busy_503": sum(p.get("busy", 0) for p in parts),
+           "errors": sum(p.get("errors", 0) for p in parts),
+           "error_samples": [x for p in parts for x in p.get("error_samples", [])][:5], "busy_503": sum(p.get("busy", 0) for p in parts),
            "big_requests_sent": sum(p.get("big_sent", 0) for p in parts),
            "health_samples": len(health), "health_p50_ms": percentile_ms(health, 50),
            "health_p99_ms": percentile_ms(health, 99), "health_max_ms": max(health) * 1e3 if health else None,
@@ -219,6 +228,7 @@ def main() -> int:
     parser.add_argument("--max-keys", type=int, default=200_000, help="the service's --max-keys")
     parser.add_argument("--big", action="store_true", help="keep one 16 MiB /observe in flight")
     parser.add_argument("--async-client", action="store_true", help="also run AsyncPredictor(RemotePredictor)")
+    parser.add_argument("--async-rate", type=float, default=5000.0, help="accesses/s of the async client")
     parser.add_argument("--processes", type=int, default=4, help="client processes (clients spread over them)")
     parser.add_argument("--features", choices=("full", "compact"), default="full", help="the service's feature layout")
     parser.add_argument("--out", default=str(RESULTS))
@@ -230,7 +240,7 @@ def main() -> int:
             service = start_service(port, args.max_keys, args.features)  # a fresh service per configuration
             try:
                 row = run_config(f"http://127.0.0.1:{port}", service.pid, clients, mode, args.duration,
-                                 args.big, args.async_client, args.processes)
+                                 args.big, args.async_client, args.processes, args.async_rate)
             finally:
                 service.terminate()
                 try:
@@ -238,6 +248,8 @@ def main() -> int:
                 except subprocess.TimeoutExpired:  # still busy with a 16 MiB batch
                     service.kill()
                     service.wait(10)
+                service.log.close()
+                os.unlink(service.log.name)
             rows.append(row)
             extra = ""
             if "async_client" in row:

@@ -14,7 +14,8 @@
   cache falls back to LRU) and a warning is logged once per outage. A replica that was
   too slow is not asked for predictions for ``retry_after_s`` (so a hung service costs
   one deadline, not one per call) but still gets observations, with the longer
-  ``observe_deadline_s``. A busy replica (503) only costs that call. Nothing raises.
+  ``observe_deadline_s``. A busy replica (503) only costs that call: its predictions are
+  NaN, its observations go back to the buffer for the next flush. Nothing raises.
 
 Thread-safe: the buffer is guarded by a lock and each request uses its own pooled
 connection, so caches may share one client across threads (e.g. inside AsyncPredictor).
@@ -191,10 +192,23 @@ class RemotePredictor(Predictor):
             try:
                 self._post(index, "/observe", encode_observations(keys[mine], times[mine]), deadline)
                 self._count("sent_observations", int(mine.sum()))
-            except (ServiceUnavailable, ServiceBusy) as err:
+            except ServiceBusy as err:  # alive but full: keep them for the next flush
+                self._requeue(keys[mine], times[mine])
+                self._fall_back(index, err)
+            except ServiceUnavailable as err:
                 dropped += int(mine.sum())
                 self._fall_back(index, err)
         self._count("dropped_observations", dropped)
+
+    def _requeue(self, keys: np.ndarray, times: np.ndarray) -> None:
+        """Put observations back in front of the buffer, within ``max_buffered``."""
+        with self._lock:
+            self._keys = keys.tolist() + self._keys
+            self._times = times.tolist() + self._times
+            overflow = len(self._keys) - self.max_buffered
+            if overflow > 0:
+                del self._keys[:overflow], self._times[:overflow]
+                self.metrics["dropped_observations"] += overflow
 
     def train(self) -> bool:
         """Fit every live replica now; True if all of them answered."""
