@@ -18,7 +18,7 @@ uvicorn = pytest.importorskip("uvicorn")
 from lcr.errors import LcrInputError  # noqa: E402
 from lcr.predict.lightgbm_model import LightGBMConfig, LightGBMPredictor  # noqa: E402
 from lcr.predict.remote import RemotePredictor  # noqa: E402
-from lcr.predict.service import create_app  # noqa: E402
+from lcr.predict.service import create_app, server_config  # noqa: E402
 from lcr.predict.wire import encode_int64, encode_observations  # noqa: E402
 
 TOKEN = "test-token"
@@ -33,7 +33,7 @@ def free_port() -> int:
 class ServerThread:
     def __init__(self, app):
         self.port = free_port()
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="error"))
+        self.server = uvicorn.Server(server_config(app, "127.0.0.1", self.port, log_level="error"))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
     def __enter__(self):
@@ -172,3 +172,288 @@ def test_cli_reports_missing_service_dependencies(monkeypatch):
 
     monkeypatch.setattr(builtins, "__import__", no_fastapi)
     assert main(["serve-predictor", "--port", "1"]) == 2
+
+
+# -- protection of the service --------------------------------------------------------------
+
+from lcr.predict.async_predictor import AsyncConfig, AsyncPredictor  # noqa: E402
+from lcr.predict.remote import HashRing  # noqa: E402
+from lcr.predict.service import ServiceLimits  # noqa: E402
+
+
+def small_model(**overrides):
+    settings = dict(background=False, retrain_every=10**9, window=4000, min_data_in_leaf=5)
+    settings.update(overrides)
+    return LightGBMPredictor(LightGBMConfig(**settings))
+
+
+def get_json(url):
+    import json
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return json.loads(response.read())
+
+
+def wait_observed(server, count, timeout=60.0):
+    """Observations are answered once queued; wait until the model has taken them."""
+    model = server.app.state.predictor
+    deadline = time.monotonic() + timeout
+    while model.metrics["observed"] < count:
+        assert time.monotonic() < deadline, f"model saw {model.metrics['observed']} of {count}"
+        time.sleep(0.01)
+
+
+class LimitedServer(ServerThread):
+    def __init__(self, model=None, **limits):
+        self.app = create_app(model or small_model(), limits=ServiceLimits(**limits))
+        super().__init__(self.app)
+
+
+def test_key_cap_forgets_the_least_recently_seen_keys():
+    with LimitedServer(max_keys=100, evict_fraction=0.5) as server:
+        keys = np.arange(1000, 1130)
+        assert post(server.url + "/observe", encode_observations(keys, np.arange(130)), token=None)[0] == 200
+        wait_observed(server, 130)
+        deadline = time.monotonic() + 5
+        while get_json(server.url + "/metrics")["keys_evicted"] == 0:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        features = server.app.state.predictor.features
+        # 130 > 100 keys: one sweep keeps the 50 newest.
+        assert sorted(k for k in range(1000, 1130) if k in features) == list(range(1080, 1130))
+        metrics = get_json(server.url + "/metrics")
+        assert metrics["keys_evicted"] == 80 and metrics["keys"] == 50
+
+
+def test_times_are_clamped_to_the_newest_and_bad_ones_dropped():
+    with LimitedServer(max_time_jump=1000) as server:
+        body = encode_observations([1, 2, 1, 3, 4], [500, 600, 100, -7, 600 + 1001])
+        assert post(server.url + "/observe", body, token=None)[0] == 200
+        wait_observed(server, 3)
+        metrics = get_json(server.url + "/metrics")
+        assert metrics["times_clamped"] == 1 and metrics["times_rejected"] == 2
+        features = server.app.state.predictor.features
+        assert 3 not in features and 4 not in features
+        # Key 1's second access (sent as t=100) was clamped to 600: its time never goes back.
+        assert features.last_times(np.array([features.slot_of(1)]))[0] == 600
+
+
+def test_wrong_content_type_is_refused():
+    with LimitedServer() as server:
+        request = urllib.request.Request(server.url + "/observe", data=b'{"keys": [1]}', method="POST",
+                                         headers={"Content-Type": "application/json"})
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(request, timeout=5)
+        assert err.value.code == 415
+        assert server.app.state.predictor.metrics["observed"] == 0
+
+
+class BlockingModel(LightGBMPredictor):
+    """predict waits for a gate: a lane stays busy as long as a test wants."""
+
+    def __init__(self):
+        super().__init__(LightGBMConfig(background=False))
+        self.gate = threading.Event()
+
+    def predict(self, keys, now):
+        self.gate.wait(10)
+        return super().predict(keys, now)
+
+
+def test_full_lane_answers_503_and_health_stays_up():
+    model = BlockingModel()
+    with LimitedServer(model, max_queued=2) as server:
+        results = []
+        threads = [threading.Thread(target=lambda: results.append(post(server.url + "/predict?now=0",
+                                                                          encode_int64([1]), token=None)))
+                   for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + 5
+        while get_json(server.url + "/metrics")["predict_queued"] < 2:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        status, text = post(server.url + "/predict?now=0", encode_int64([1]), token=None)
+        assert status == 503 and b"queue is full" in text
+        assert get_json(server.url + "/health")["status"] == "ok"  # the event loop is free
+        assert post(server.url + "/observe", encode_observations([5], [5]), token=None)[0] == 200
+        model.gate.set()
+        for thread in threads:
+            thread.join(10)
+        assert [status for status, _ in results] == [200, 200]
+
+
+def test_health_answers_while_a_large_observe_is_processed():
+    with LimitedServer() as server:
+        n = 150_000
+        body = encode_observations(np.arange(n), np.arange(n))
+        assert post(server.url + "/observe", body, token=None)[0] == 200  # queued, not done
+        model = server.app.state.predictor
+        health = get_json(server.url + "/health")
+        assert health["status"] == "ok" and model.metrics["observed"] < n
+        wait_observed(server, n, timeout=60)
+
+
+def test_slow_headers_and_bodies_are_cut_off():
+    with LimitedServer(header_timeout_s=0.3, body_timeout_s=0.3) as server:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=5) as slow:
+            slow.sendall(b"POST /observe HTTP/1.1\r\nHost: x\r\n")  # headers never finish
+            start = time.monotonic()
+            assert slow.recv(100) == b""  # closed by the server
+            assert time.monotonic() - start < 3
+        with socket.create_connection(("127.0.0.1", server.port), timeout=5) as slow:
+            slow.sendall(b"POST /observe HTTP/1.1\r\nHost: x\r\nContent-Type: application/octet-stream\r\n"
+                         b"Content-Length: 160\r\n\r\n" + b"\0" * 16)
+            assert slow.recv(200).startswith(b"HTTP/1.1 408")
+
+
+# -- the client ------------------------------------------------------------------------------
+
+
+def test_client_is_thread_safe_and_loses_no_observation():
+    with LimitedServer() as server:
+        client = RemotePredictor(server.url, deadline_s=2.0, flush_every=64)
+        per_thread, threads = 3000, 6
+
+        def worker(offset):
+            for i in range(per_thread):
+                client.observe(offset * 10**6 + i % 97, i)
+                if i % 250 == 0:
+                    client.predict(np.arange(offset * 10**6, offset * 10**6 + 50), i)
+
+        pool = [threading.Thread(target=worker, args=(n,)) for n in range(threads)]
+        for thread in pool:
+            thread.start()
+        for thread in pool:
+            thread.join(60)
+        client.flush()
+        wait_observed(server, per_thread * threads)
+        assert client.metrics["fallbacks"] == 0 and client.metrics["dropped_observations"] == 0
+        assert client.metrics["sent_observations"] == per_thread * threads
+        client.close()
+
+
+def test_deadline_covers_the_whole_call_against_a_dripping_server():
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        stop = threading.Event()
+
+        def drip():
+            conn, _ = listener.accept()
+            conn.recv(65536)
+            for byte in b"HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\n" + b"\0" * 8:
+                if stop.wait(0.03):
+                    break
+                conn.sendall(bytes([byte]))
+            conn.close()
+
+        thread = threading.Thread(target=drip, daemon=True)
+        thread.start()
+        client = RemotePredictor(f"http://127.0.0.1:{listener.getsockname()[1]}", deadline_s=0.1)
+        start = time.perf_counter()
+        values = client.predict([7], 0)
+        elapsed = time.perf_counter() - start
+        stop.set()
+        thread.join(5)
+    assert np.isnan(values).all() and elapsed < 0.3, elapsed  # one byte per 30 ms: 1.4 s in all
+
+
+def test_stale_keep_alive_reconnects_without_an_outage():
+    with LimitedServer(keep_alive_s=0.2) as server:
+        client = RemotePredictor(server.url, deadline_s=2.0)
+        client.predict([1], 0)
+        time.sleep(0.5)  # the server has closed the idle connection by now
+        client.predict([1], 1)
+        assert client.metrics["fallbacks"] == 0 and client.reconnects == 1
+        client.close()
+
+
+def test_remote_inside_async_predictor_keeps_every_observation():
+    with LimitedServer() as server:
+        remote = RemotePredictor(server.url, deadline_s=1.0, flush_every=256)
+        predictor = AsyncPredictor(remote, AsyncConfig(max_pending=512))
+        rng = np.random.default_rng(0)
+        keys = rng.zipf(1.2, 20_000) % 5000
+        got = []
+        for t, key in enumerate(keys.tolist()):
+            predictor.observe(key, t)
+            predictor.submit([key], t, lambda k, v: got.append(len(k)))
+        assert predictor.drain(10)
+        remote.flush()
+        wait_observed(server, len(keys))
+        assert remote.metrics["dropped_observations"] == 0 and remote.metrics["fallbacks"] == 0
+        assert predictor.metrics["errors"] == 0 and sum(got) > 0
+        predictor.close()
+        remote.close()
+
+
+def test_hash_ring_moves_only_the_dead_replicas_keys():
+    ring = HashRing(["a", "b", "c"])
+    keys = np.arange(30_000)
+    everyone = ring.owners_of(keys, np.array([True, True, True]))
+    shares = np.bincount(everyone, minlength=3) / len(keys)
+    assert shares.min() > 0.2  # 64 virtual nodes each: no replica starves
+    without_b = ring.owners_of(keys, np.array([True, False, True]))
+    moved = everyone != without_b
+    assert np.array_equal(moved, everyone == 1) and (without_b != 1).all()
+
+
+def test_replica_killed_mid_run_fails_no_cache_operation():
+    import torch
+
+    import lcr
+    from lcr.embedding.stores import HostStore
+
+    servers = [LimitedServer().__enter__() for _ in range(3)]
+    client = RemotePredictor([s.url for s in servers], deadline_s=1.0, retry_after_s=0.2)
+    table = torch.randn(3000, 8)
+    store, cache = HostStore(table, pin=False), lcr.SlabHashCache(4, 8, policy="laru")
+    rng = np.random.default_rng(1)
+    try:
+        for batch in range(30):
+            if batch == 10:
+                servers[1].stop()
+            indices = torch.as_tensor(rng.integers(0, 3000, size=200))
+            for key in indices.tolist():
+                client.observe(key, batch)
+            got = lcr.sls(cache, store, indices, lengths=torch.full((10,), 20), predictor=client, now=batch)
+            expected = torch.nn.functional.embedding_bag(indices, table, torch.arange(0, 200, 20), mode="sum")
+            torch.testing.assert_close(got, expected)
+        assert client.metrics["fallbacks"] >= 1  # the dead replica was noticed ...
+        live = client.ring.owners_of(np.arange(3000), client._live())
+        assert (live != 1).all()  # ... and its keys moved to the live ones
+    finally:
+        client.close()
+        for server in servers:
+            server.stop()
+
+
+def test_async_config_and_bounds():
+    with pytest.raises(LcrInputError, match="max_batch"):
+        AsyncConfig(max_batch=0)
+    gate = threading.Event()
+
+    class Gated(LightGBMPredictor):
+        def predict(self, keys, now):
+            gate.wait(10)
+            return np.full(len(keys), np.nan)
+
+    predictor = AsyncPredictor(Gated(LightGBMConfig()), AsyncConfig(max_pending=1000, max_batch=100))
+    predictor.submit(list(range(1_000_000)), 0, lambda k, v: None)  # idle: one bound's worth admitted
+    assert predictor._pending_count == 1000
+    deadline = time.monotonic() + 5
+    while not predictor._busy:  # the worker took 100 keys and waits at the gate
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+    predictor.submit(list(range(2_000_000, 2_010_000)), 1, lambda k, v: None)  # busy: 100 more fit
+    assert predictor._pending_count == 1000
+    assert predictor.metrics["dropped"] == (1_000_000 - 1000) + (10_000 - 100)
+    closer = threading.Thread(target=predictor.close)
+    closer.start()
+    deadline = time.monotonic() + 5
+    while not predictor._closed:
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+    gate.set()
+    closer.join(10)
+    assert predictor.metrics["dropped_on_close"] == 1000

@@ -92,3 +92,83 @@ def test_missing_row_and_dead_server_raise_without_touching_the_cache(redis_url)
     # Hits alone need no store: the cache still serves them.
     out = lcr.sls(cache, store, torch.arange(10), lengths=torch.tensor([10]))
     assert torch.equal(out, torch.full((1, 4), 10.0))
+
+
+class WrongRowsStore:
+    """A store with a bug: it answers rows of another shape or dtype."""
+
+    def __init__(self, rows):
+        self.rows = rows
+
+    def fetch(self, keys):
+        return self.rows(len(keys))
+
+
+@pytest.mark.parametrize("make_rows", [
+    lambda n: torch.ones(n, 3),                        # wrong width
+    lambda n: torch.ones(max(n - 1, 0), 4),            # a row short
+    lambda n: torch.ones(n, 4, dtype=torch.float64),   # wrong dtype
+    lambda n: torch.ones(n * 4, dtype=torch.float32),  # flat
+])
+def test_wrong_rows_fail_the_batch_and_leave_the_cache_untouched(make_rows):
+    cache = lcr.SlabHashCache(1, 4)
+    good = lcr.embedding.stores.HostStore(torch.arange(400.0).reshape(100, 4), pin=False)
+    lcr.sls(cache, good, torch.arange(20), lengths=torch.full((2,), 10))
+    keys_before, stamps_before, values_before = (cache.meta.keys.clone(), cache.meta.stamps.clone(),
+                                                 cache.values.clone())
+    with pytest.raises(StoreError, match="wrong rows"):
+        lcr.sls(cache, WrongRowsStore(make_rows), torch.arange(10, 40), lengths=torch.full((3,), 10))
+    assert torch.equal(cache.meta.keys, keys_before) and torch.equal(cache.meta.stamps, stamps_before)
+    assert torch.equal(cache.values, values_before)
+    out = lcr.sls(cache, good, torch.arange(10, 40), lengths=torch.full((3,), 10))  # still right
+    expected = torch.nn.functional.embedding_bag(torch.arange(10, 40), good.table, torch.tensor([0, 10, 20]),
+                                                 mode="sum")
+    assert torch.equal(out, expected)
+
+
+def test_a_store_reading_rows_with_another_layout_is_refused(redis_url):
+    url, _ = redis_url
+    table = np.random.default_rng(4).standard_normal((50, 8)).astype(np.float32)
+    RedisStore(url, dim=8, dtype="float32").load(table)
+    # float16 x 16 has the same byte length as float32 x 8: it would read garbage.
+    with pytest.raises(StoreUnavailable, match="written as dim=8,dtype=float32"):
+        RedisStore(url, dim=16, dtype="float16")
+    # A float16 cache over the float32 store converts the values correctly.
+    store = RedisStore(url, dim=8, dtype="float32")
+    cache = lcr.SlabHashCache(1, 8, dtype="float16")
+    out = lcr.sls(cache, store, torch.arange(50), lengths=torch.full((5,), 10))
+    expected = torch.from_numpy(table.astype(np.float16)).reshape(5, 10, 8).float().sum(1)
+    torch.testing.assert_close(out.float(), expected, rtol=1e-2, atol=1e-2)
+
+
+def test_the_password_never_appears(tmp_path, capsys):
+    import json
+
+    from lcr.cli import main
+
+    secret = "s3cret-Pa55"
+    socket_path = tmp_path / "auth.sock"
+    server = subprocess.Popen(["redis-server", "--port", "0", "--unixsocket", str(socket_path), "--save", "",
+                               "--appendonly", "no", "--requirepass", secret, "--dir", str(tmp_path)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10
+        while not socket_path.exists():
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        url = f"unix://{socket_path}?password={secret}"
+        store = RedisStore(url, dim=4)
+        assert secret not in repr(store) and "***" in repr(store)
+        with pytest.raises(StoreUnavailable) as err:
+            RedisStore(f"unix://{socket_path}?password=wrong-{secret}", dim=4)
+        assert secret not in str(err.value)
+        out = tmp_path / "bench.json"
+        assert main(["bench", "sls", "--store", url, "--table-rows", "200", "--dim", "4", "--batch-sizes", "8",
+                     "--pooling", "4", "--batches", "1", "--warmup", "0", "--policies", "lru",
+                     "--cache-ratio", "0.1", "--json", str(out)]) == 0
+        printed = capsys.readouterr()
+        assert secret not in printed.out + printed.err and secret not in out.read_text()
+        assert json.loads(out.read_text())["args"]["store"].endswith("password=***")
+    finally:
+        server.kill()
+        server.wait(10)

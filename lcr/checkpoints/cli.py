@@ -13,8 +13,10 @@ from lcr.checkpoints.sweep import add_online_curve, sweep_law
 from lcr.checkpoints.synthetic import SYNTHETIC_LAWS, law_from_spec
 from lcr.checkpoints.traces import overlap_depths, read_mooncake_blocks
 from lcr.errors import LcrInputError
+from lcr.guards import check_output_path
 
 DEFAULT_BUDGETS = "1,2,4,...,256"
+MAX_BUDGETS = 4096  # each budget is one plan per planner: more is a typo, not a sweep
 ONLINE = "online"
 
 
@@ -25,6 +27,8 @@ def parse_budgets(text: str) -> list[int]:
     if "..." not in parts:
         if not parts:
             _fail(text)
+        if len(parts) > MAX_BUDGETS:
+            _too_many(text)
         return [_budget(p) for p in parts]
     at = parts.index("...")
     head, tail = [_budget(p) for p in parts[:at]], [_budget(p) for p in parts[at + 1:]]
@@ -33,9 +37,13 @@ def parse_budgets(text: str) -> list[int]:
     a, b, end = head[-2], head[-1], tail[0]
     geometric = len(head) >= 3 and b % a == 0 and head[-3] * (b // a) == a
     step = (lambda x: x * (b // a)) if geometric else (lambda x: x + (b - a))
+    if not geometric and (end - b) // (b - a) > MAX_BUDGETS:  # refuse before expanding
+        _too_many(text)
     out = head[:]
     while step(out[-1]) <= end:
         out.append(step(out[-1]))
+        if len(out) > MAX_BUDGETS:
+            _too_many(text)
     if out[-1] != end:
         out.append(end)
     return out
@@ -49,6 +57,10 @@ def _budget(text: str) -> int:
     if value < 1:
         raise LcrInputError(f"--budgets: checkpoint budget must be >= 1, got {value}")
     return value
+
+
+def _too_many(text: str):
+    raise LcrInputError(f"--budgets: {text!r} gives more than {MAX_BUDGETS} budgets")
 
 
 def _fail(text: str):
@@ -71,6 +83,15 @@ def _load(source: str, cache_entries: int, requests: int, seed: int) -> tuple[Ov
 
 def run(args: argparse.Namespace) -> int:
     budgets = parse_budgets(args.budgets)
+    for flag, path in (("--json", args.json), ("--plot", args.plot)):
+        if path:
+            check_output_path(path, flag)
+    for flag, value, low in (("--block-interval", args.block_interval, 1), ("--cache-entries", args.cache_entries, 1),
+                             ("--refresh-every", args.refresh_every, 1), ("--seed", args.seed, 0)):
+        if value < low:
+            raise LcrInputError(f"{flag} must be at least {low}, got {value}")
+    if not 0 < args.decay <= 1:
+        raise LcrInputError(f"--decay must lie in (0, 1], got {args.decay}")
     names = [n.strip() for n in args.planners.split(",") if n.strip()]
     if not names:
         raise LcrInputError("--planners: name at least one planner")

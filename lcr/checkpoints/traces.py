@@ -30,20 +30,28 @@ def read_mooncake_blocks(path: str | Path) -> list[list[int]]:
         raise LcrInputError(f"cannot read trace: {err.strerror}", source=source) from None
     blocks = []
     with handle:
-        for line_no, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise LcrInputError(f"not valid JSON ({err.msg})", source=source, line=line_no) from None
-            ids = record.get("hash_ids") if isinstance(record, dict) else None
-            if not isinstance(ids, list) or not all(type(i) is int for i in ids):
-                raise LcrInputError("field 'hash_ids': expected a list of integers", source=source, line=line_no)
-            blocks.append(ids)
+        try:
+            _read_lines(handle, blocks, source)
+        except UnicodeDecodeError:
+            raise LcrInputError("not UTF-8 text (a binary or compressed file?)", source=source) from None
     if not blocks:
         raise LcrInputError("trace has no requests", source=source)
     return blocks
+
+
+def _read_lines(handle, blocks: list, source: str) -> None:
+    """Append each line's ``hash_ids`` to ``blocks``."""
+    for line_no, line in enumerate(handle, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except (json.JSONDecodeError, RecursionError) as err:
+            raise LcrInputError(f"not valid JSON ({getattr(err, 'msg', 'nested too deeply')})", source=source, line=line_no) from None
+        ids = record.get("hash_ids") if isinstance(record, dict) else None
+        if not isinstance(ids, list) or not all(type(i) is int for i in ids):
+            raise LcrInputError("field 'hash_ids': expected a list of integers", source=source, line=line_no)
+        blocks.append(ids)
 
 
 class _PrefixTrie:

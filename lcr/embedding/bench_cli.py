@@ -111,22 +111,59 @@ def make_store(args, rows: int):
 
     table = np.random.default_rng(args.seed).standard_normal((rows, args.dim), dtype=np.float32)
     table = table.astype(args.dtype)
-    if args.store == "host":
+    if store_kind(args.store) == "host":
         return HostStore(torch.from_numpy(table))
-    if args.store.startswith(("redis://", "rediss://", "unix://")):
-        store = RedisStore(args.store, args.dim, args.dtype)
-        store.load(table)
-        return store
-    raise LcrInputError(f"--store: {args.store!r}; valid: host or a redis URL")
+    store = RedisStore(args.store, args.dim, args.dtype)
+    store.load(table)
+    return store
 
 
-def run(args: argparse.Namespace) -> int:
+def store_kind(text: str) -> str:
+    """``host`` or ``redis``; anything else is refused (with any password hidden)."""
+    if text == "host":
+        return "host"
+    if text.startswith(("redis://", "rediss://", "unix://")):
+        return "redis"
+    from lcr.redact import redact_url
+
+    raise LcrInputError(f"--store: {redact_url(text)!r}; valid: host or a redis URL")
+
+
+def check_args(args: argparse.Namespace) -> tuple[list[str], list[float], list[int]]:
+    """Every flag checked, and the run's memory estimated, before any work starts."""
+    import math
+
+    from lcr.guards import check_memory, check_output_path
+
     policies = _list(args.policies, str, "--policies")
     unknown = set(policies) - set(POLICIES)
     if unknown:
         raise LcrInputError(f"--policies: unknown {', '.join(sorted(unknown))}; valid: {', '.join(POLICIES)}")
     ratios = _list(args.cache_ratio, float, "--cache-ratio")
+    bad = [r for r in ratios if not (math.isfinite(r) and 0 < r <= 1)]
+    if bad:
+        raise LcrInputError(f"--cache-ratio: {bad[0]} is not a fraction of the distinct keys in (0, 1]")
     sizes = _list(args.batch_sizes, int, "--batch-sizes")
+    for flag, values, low in (("--batch-sizes", sizes, 1), ("--table-rows", [args.table_rows], 1),
+                              ("--dim", [args.dim], 1), ("--pooling", [args.pooling], 1),
+                              ("--batches", [args.batches], 1), ("--warmup", [args.warmup], 0),
+                              ("--seed", [args.seed], 0)):
+        if min(values) < low:
+            raise LcrInputError(f"{flag} must be at least {low}, got {min(values)}")
+    for flag, path in (("--json", args.json), ("--plot", args.plot)):
+        if path:
+            check_output_path(path, flag)
+    store_kind(args.store)
+    itemsize = 2 if args.dtype == "float16" else 4
+    lookups = (args.warmup + args.batches) * max(sizes) * args.pooling
+    table = args.table_rows * args.dim * itemsize
+    # the lookups (int64, and a few working copies), the table twice (store, reference), the largest cache
+    check_memory(8 * 4 * lookups + 2 * table + max(ratios) * table, "this benchmark")
+    return policies, ratios, sizes
+
+
+def run(args: argparse.Namespace) -> int:
+    policies, ratios, sizes = check_args(args)
     predictor, noise = parse_predictor(args.predictor)
     if args.device == "cuda":
         from lcr.cuda import gpu_available
@@ -134,13 +171,15 @@ def run(args: argparse.Namespace) -> int:
             raise LcrInputError("--device cuda: no CUDA GPU (or lcr was built without nvcc)")
 
     from lcr.embedding.bench import format_table, plot_latency, run_sls_bench
+    from lcr.redact import redact_url
     from lcr.traces import Trace
 
     workload = load_workload(args)
     store = make_store(args, workload.rows)
     predictions = lookup_predictions(Trace(workload.lookups), predictor, noise, args.seed)
+    store_name = redact_url(args.store)
     print(f"lcr bench sls: {len(workload.lookups)} lookups over {workload.distinct} distinct rows, "
-          f"dim {args.dim} {args.dtype}, pooling {args.pooling}, store {args.store}, "
+          f"dim {args.dim} {args.dtype}, pooling {args.pooling}, store {store_name}, "
           f"device {args.device}, predictor {args.predictor}", flush=True)
     results = run_sls_bench(workload, store, policies=policies, cache_ratios=ratios, batch_sizes=sizes,
                             dim=args.dim, dtype=args.dtype, device=args.device,
@@ -149,7 +188,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         with open(args.json, "w") as f:
-            json.dump({"args": {k: v for k, v in vars(args).items() if k != "func"},
+            arguments = {k: v for k, v in vars(args).items() if k != "func"}
+            json.dump({"args": {**arguments, "store": store_name},
                        "results": [r.as_dict() for r in results]}, f, indent=1)
     if args.plot:
         plot_latency(results, args.plot, title=f"SLS via SlabHashCache ({args.device}, {args.predictor})")

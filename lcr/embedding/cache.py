@@ -141,6 +141,22 @@ def unique_in_order(keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return values[order], rank[inverse]
 
 
+ROW_DTYPES = (torch.float32, torch.float16)
+
+
+def check_rows(rows, count: int, dim: int) -> None:
+    """Raise ``ValueError`` unless ``rows`` is None or a [count, dim] float32/float16 tensor."""
+    if rows is None:
+        return
+    if not isinstance(rows, torch.Tensor):
+        raise ValueError(f"rows must be a tensor, got {type(rows).__name__}")
+    if tuple(rows.shape) != (count, dim):
+        raise ValueError(f"expected rows of shape ({count}, {dim}) for the batch's misses, "
+                         f"got {tuple(rows.shape)}")
+    if rows.dtype not in ROW_DTYPES:
+        raise ValueError(f"rows must be float32 or float16, got {rows.dtype}")
+
+
 class SlabHashCache:
     """``num_slabsets`` x 64 slots of ``dim``-wide rows, evicting by ``policy``.
 
@@ -190,8 +206,11 @@ class SlabHashCache:
     def commit(self, plan: BatchPlan, miss_rows: torch.Tensor | None = None) -> BatchResult:
         """Refresh hits, insert misses (writing their rows when given) and report decisions.
 
-        ``miss_rows``: [len(plan.missing), dim] rows of the missing keys, on any device.
+        ``miss_rows``: [len(plan.missing), dim] rows of the missing keys, on any device,
+        float32 or float16 (converted to the cache's dtype). Checked before anything
+        changes: wrong rows raise ``ValueError`` and leave the cache as it was.
         """
+        check_rows(miss_rows, int(plan.missing.numel()), self.dim)
         count = plan.keys.numel()
         slots = torch.empty_like(plan.keys)
         evicted = torch.empty_like(plan.keys)

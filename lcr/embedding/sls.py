@@ -7,7 +7,8 @@ Stages (timed when ``timings`` is given, each closed by a device sync on CUDA):
   reduce  gather-and-sum from cache slots (``embedding_bag``); bypassed keys are summed
           from the fetched rows
 Then, when a ``predictor`` is given, the batch's keys get fresh predictions.
-A store failure raises before ``insert``, so the cache is left exactly as it was.
+A store failure, or rows of the wrong shape or dtype, raise ``StoreError`` before
+``insert``, so the cache is left exactly as it was.
 """
 from __future__ import annotations
 
@@ -17,8 +18,9 @@ from contextlib import contextmanager
 import torch
 import torch.nn.functional as F
 
-from lcr.embedding.cache import SlabHashCache
+from lcr.embedding.cache import SlabHashCache, check_rows
 from lcr.embedding.reference import BYPASSED
+from lcr.embedding.stores import StoreError
 
 STAGES = ("query", "fetch", "insert", "reduce")
 
@@ -63,6 +65,10 @@ def sls(cache: SlabHashCache, store, indices, offsets=None, *, lengths=None,
     with _stage(timings, "fetch", device):
         missing = plan.missing_keys
         rows = store.fetch(missing.cpu()) if missing.numel() else None
+        try:
+            check_rows(rows, int(missing.numel()), cache.dim)
+        except ValueError as err:
+            raise StoreError(f"{store!r} answered wrong rows: {err}") from None
     with _stage(timings, "insert", device):
         result = cache.commit(plan, rows)
     with _stage(timings, "reduce", device):

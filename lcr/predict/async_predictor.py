@@ -7,8 +7,10 @@ single background worker calls the wrapped predictor and passes the results to
 Trigger rule (paper Section 4.1): a prediction task starts only when the previous one
 has finished, and at most once per ``min_interval_s``. Keys handed over while a task
 runs wait in a bounded pending set (``max_pending`` keys, duplicates merged) and go
-out with the next task; beyond the bound they are dropped and counted. With
-``max_pending=0`` keys arriving during a task are simply skipped, as in the paper.
+out with the next task; beyond the bound they are dropped and counted (the bound holds
+whether or not a task runs: an idle worker with nothing queued admits one batch of up to
+``max(max_pending, max_batch)`` keys, after that keys wait within ``max_pending``). With ``max_pending=0`` keys arriving during a task are simply
+skipped, as in the paper. ``close`` counts the keys it drops (``dropped_on_close``).
 Nothing on the caller's side ever waits for the worker.
 
 ``predict`` is the sync path: it calls the wrapped predictor directly and blocks.
@@ -23,6 +25,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from lcr.errors import LcrInputError
 from lcr.predict.base import Predictor
 
 log = logging.getLogger(__name__)
@@ -37,6 +40,14 @@ class AsyncConfig:
     min_interval_s: float = 0.0
     max_batch: int = 65_536
 
+    def __post_init__(self):
+        if self.max_batch < 1:
+            raise LcrInputError(f"AsyncConfig: max_batch must be at least 1, got {self.max_batch}")
+        if self.max_pending < 0:
+            raise LcrInputError(f"AsyncConfig: max_pending must be >= 0, got {self.max_pending}")
+        if not self.min_interval_s >= 0:
+            raise LcrInputError(f"AsyncConfig: min_interval_s must be >= 0, got {self.min_interval_s}")
+
 
 class AsyncPredictor(Predictor):
     def __init__(self, inner: Predictor, config: AsyncConfig | None = None):
@@ -49,7 +60,8 @@ class AsyncPredictor(Predictor):
         self._pending_count = 0
         self._busy = False
         self._closed = False
-        self.metrics = {"submitted": 0, "predicted": 0, "dropped": 0, "tasks": 0, "errors": 0}
+        self.metrics = {"submitted": 0, "predicted": 0, "dropped": 0, "dropped_on_close": 0, "tasks": 0,
+                        "errors": 0}
         self._worker = threading.Thread(target=self._run, name="lcr-async-predictor", daemon=True)
         self._worker.start()
 
@@ -65,10 +77,11 @@ class AsyncPredictor(Predictor):
         with cond:  # held only for a few dict operations: the worker never predicts under it
             self.metrics["submitted"] += len(keys)
             queue = self._pending.setdefault(sink, {})
-            # An idle worker takes any batch; once a task is triggered, later keys must
-            # fit in the bound.
+            # An idle worker with nothing queued takes one batch (up to max_batch keys);
+            # otherwise keys wait within max_pending. Either way the bound holds.
             triggered = self._busy or self._pending_count > 0
-            room = max(self.config.max_pending - self._pending_count, 0) if triggered else len(keys)
+            bound = self.config.max_pending if triggered else max(self.config.max_pending, self.config.max_batch)
+            room = max(bound - self._pending_count, 0)
             for key in keys:
                 if key in queue:
                     queue[key] = now
@@ -99,8 +112,12 @@ class AsyncPredictor(Predictor):
         return True
 
     def close(self) -> None:
+        """Stop the worker; keys still pending are dropped and counted (``dropped_on_close``)."""
         with self._cond:
             self._closed = True
+            self.metrics["dropped_on_close"] += self._pending_count
+            self._pending.clear()
+            self._pending_count = 0
             self._cond.notify_all()
         self._worker.join(timeout=5)
 

@@ -1,16 +1,20 @@
 """`lcr serve-predictor`: run the shared LightGBM predictor service."""
 from __future__ import annotations
 
+import math
 import os
+import sys
 
 from lcr.errors import LcrInputError
+
+SWITCH_INTERVAL_S = 0.0005
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "serve-predictor", help="serve a shared online LightGBM predictor over HTTP",
         description="Serve observe/predict/train/health/metrics for caches in other processes. "
-                    "Binds loopback unless told otherwise; set a token before binding elsewhere.")
+                    "Binds loopback unless told otherwise; set a token and TLS before binding elsewhere.")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8765)
     p.add_argument("--token", default=os.environ.get("LCR_PREDICTOR_TOKEN"),
@@ -20,22 +24,67 @@ def register(subparsers) -> None:
     p.add_argument("--retrain-every", type=int, default=10_000)
     p.add_argument("--window", type=int, default=25_000)
     p.add_argument("--max-body-mb", type=float, default=16.0)
+    p.add_argument("--max-keys", type=int, default=1_000_000,
+                   help="per-key state kept; past it the least recently seen keys are forgotten")
+    p.add_argument("--max-queued", type=int, default=64, help="requests waiting per worker lane before 503")
+    p.add_argument("--header-timeout", type=float, default=10.0, help="seconds for a request's headers")
+    p.add_argument("--body-timeout", type=float, default=30.0, help="seconds for a request's body")
+    p.add_argument("--ssl-certfile", help="serve HTTPS with this certificate (uvicorn's TLS)")
+    p.add_argument("--ssl-keyfile", help="the certificate's private key")
     p.set_defaults(func=run)
 
 
-def run(args) -> int:
-    from lcr.predict.features import FeatureConfig
-    from lcr.predict.lightgbm_model import LightGBMConfig, LightGBMPredictor
-    from lcr.predict.service import create_app, require_service_deps
+def _at_least(flag: str, value, low) -> None:
+    if value < low:
+        raise LcrInputError(f"{flag} must be at least {low}, got {value}")
 
-    _, uvicorn = require_service_deps()
+
+def _positive_seconds(flag: str, value: float) -> None:
+    if not (math.isfinite(value) and value > 0):
+        raise LcrInputError(f"{flag} must be a positive number of seconds, got {value}")
+
+
+def limits_from_args(args):
+    from lcr.predict.service import ServiceLimits
+
+    if not (math.isfinite(args.max_body_mb) and 0 < args.max_body_mb <= 1024):
+        raise LcrInputError(f"--max-body-mb must lie in (0, 1024], got {args.max_body_mb}")
+    _at_least("--max-keys", args.max_keys, 1)
+    _at_least("--max-queued", args.max_queued, 1)
+    _positive_seconds("--header-timeout", args.header_timeout)
+    _positive_seconds("--body-timeout", args.body_timeout)
+    body = int(args.max_body_mb * (1 << 20))
+    return ServiceLimits(max_body_bytes=body, max_queued=args.max_queued, max_queued_bytes=4 * body,
+                         max_keys=args.max_keys, header_timeout_s=args.header_timeout,
+                         body_timeout_s=args.body_timeout)
+
+
+def run(args) -> int:
     if not 0 < args.port < 65536:
         raise LcrInputError(f"--port {args.port} is not a TCP port")
-    if args.host not in ("127.0.0.1", "localhost", "::1") and not args.token:
-        print(f"lcr serve-predictor: warning: binding {args.host} without a token", flush=True)
+    _at_least("--retrain-every", args.retrain_every, 1)
+    _at_least("--window", args.window, 2)  # labels need an access and a later one
+    if bool(args.ssl_certfile) != bool(args.ssl_keyfile):
+        raise LcrInputError("--ssl-certfile and --ssl-keyfile go together")
+    for flag, path in (("--ssl-certfile", args.ssl_certfile), ("--ssl-keyfile", args.ssl_keyfile)):
+        if path and not os.path.isfile(path):
+            raise LcrInputError(f"{flag}: no such file", source=path)
+    limits = limits_from_args(args)
+
+    from lcr.predict.features import FeatureConfig
+    from lcr.predict.lightgbm_model import LightGBMConfig, LightGBMPredictor
+    from lcr.predict.service import bind_warning, create_app, require_service_deps, server_config
+
+    _, uvicorn = require_service_deps()
+    warning = bind_warning(args.host, args.token, tls=bool(args.ssl_certfile))
+    if warning:
+        print(f"lcr serve-predictor: warning: {warning}", flush=True)
     config = LightGBMConfig(features=FeatureConfig(mode=args.features), weak=args.weak,
                             retrain_every=args.retrain_every, window=args.window, background=True)
-    app = create_app(LightGBMPredictor(config), token=args.token,
-                     max_body_bytes=int(args.max_body_mb * (1 << 20)))
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    app = create_app(LightGBMPredictor(config), token=args.token, limits=limits)
+    # Model work holds the GIL on the worker lanes; a shorter switch interval hands it
+    # back to the event loop sooner, which keeps /health and small requests quick.
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
+    tls = {"ssl_certfile": args.ssl_certfile, "ssl_keyfile": args.ssl_keyfile} if args.ssl_certfile else {}
+    uvicorn.Server(server_config(app, args.host, args.port, **tls)).run()
     return 0

@@ -217,5 +217,27 @@ class FeatureStore:
         slots = slots[known]
         return known, self._rows[slots], self._last_time[slots]
 
+    def retain_most_recent(self, keep: int) -> np.ndarray:
+        """Forget every key but the ``keep`` with the latest access times (ties: any).
+
+        Kept keys move to slots 0..keep-1 in their old slot order; returns their old
+        slots (new slot i held old slot ``kept[i]``) so owners can carry per-slot data.
+        """
+        n = len(self._slot)
+        if n <= keep:
+            return np.arange(n)
+        keys = np.fromiter(self._slot.keys(), dtype=np.int64, count=n)
+        slots = np.fromiter(self._slot.values(), dtype=np.int64, count=n)
+        key_of_slot = np.empty(n, dtype=np.int64)
+        key_of_slot[slots] = keys
+        newest = np.argpartition(-self._last_time[:n], keep - 1)[:keep] if keep else slots[:0]
+        kept = np.sort(newest)
+        self._rows[:keep] = self._rows[kept]
+        self._last_time[:keep] = self._last_time[kept]
+        self._slot = dict(zip(key_of_slot[kept].tolist(), range(keep)))
+        self._index_keys = self._index_slots = np.zeros(0, dtype=np.int64)
+        self._indexed = 0
+        return kept
+
 
 __all__ = ["FeatureConfig", "FeatureStore", "MODES"]

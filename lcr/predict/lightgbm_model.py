@@ -108,6 +108,7 @@ class LightGBMPredictor(Predictor):
         self._since_fit = 0
         # Per-slot predicted interval under the current model; NaN = to be computed.
         self._memo = np.full(self.features.capacity, np.nan)
+        self._epoch = 0  # bumped by every change to the features
         self.metrics = {"observed": 0, "fits": 0, "fits_skipped_busy": 0, "last_fit_seconds": 0.0,
                         "last_fit_samples": 0, "predicted_keys": 0}
 
@@ -119,6 +120,7 @@ class LightGBMPredictor(Predictor):
             slot = self.features.slot_of(key)
             if slot < len(self._memo):
                 self._memo[slot] = np.nan
+            self._epoch += 1  # a prediction computed before this must not be memoised
         self.metrics["observed"] += 1
         self._since_fit += 1
         if self._since_fit >= self.config.retrain_every and len(self.history) >= self.config.min_samples:
@@ -214,7 +216,7 @@ class LightGBMPredictor(Predictor):
                 grown = np.full(self.features.capacity, np.nan)
                 grown[:len(self._memo)] = self._memo
                 self._memo = grown
-            memo = self._memo
+            memo, epoch = self._memo, self._epoch
             intervals = memo[slots]
             stale = np.flatnonzero(np.isnan(intervals))
             rows = self.features.rows(slots[stale])
@@ -223,10 +225,25 @@ class LightGBMPredictor(Predictor):
             fresh = np.expm1(np.maximum(model.predict_log_interval(rows, self.config.num_threads), 0.0))
             intervals[stale] = fresh
             with self._lock:
-                if self._model is model and self._memo is memo:  # no newer model meanwhile
+                # Memoise only if neither the model nor any key's features changed meanwhile.
+                if self._model is model and self._memo is memo and self._epoch == epoch:
                     memo[slots[stale]] = fresh
         out[known] = last + intervals
         return out
+
+
+    def forget_least_recent(self, max_keys: int, keep: int) -> int:
+        """Once more than ``max_keys`` keys are tracked, keep only the ``keep`` most
+        recently seen (bounded memory for long-running services); returns keys forgotten.
+        Forgotten keys predict NaN until seen again; the training window is unchanged."""
+        with self._lock:
+            before = len(self.features)
+            if before <= max_keys:
+                return 0
+            self.features.retain_most_recent(keep)
+            self._memo = np.full(self.features.capacity, np.nan)
+            self._epoch += 1
+            return before - len(self.features)
 
 
 def validate_keys(keys) -> np.ndarray:

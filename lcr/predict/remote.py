@@ -1,129 +1,283 @@
-"""RemotePredictor: the Predictor interface over a shared ``lcr serve-predictor``.
+"""RemotePredictor: the Predictor interface over one or more ``lcr serve-predictor`` replicas.
 
-Observations are buffered and sent in batches (``flush_every``, and before each
-prediction) so the access path does not pay a round trip per key. Every call has a
-deadline: if the service is down, slow, or answers nonsense, ``predict`` returns NaN
-("unknown", so the cache falls back to LRU), a warning is logged once per outage, and
-the client stays quiet for ``retry_after_s`` before trying again. Nothing raises.
+- Observations are buffered and sent in batches by a background thread (at least every
+  ``flush_interval_s``, at once when ``flush_every`` are waiting) and before each
+  prediction, so the access path never waits for the network. At most ``max_buffered``
+  wait; beyond that the oldest are dropped and counted, as are batches no replica took.
+- Several replica URLs: each key belongs to one replica by consistent hashing (64
+  virtual nodes per replica), so a key's history and its predictions stay on one model.
+  While a replica cannot be reached (connection refused, reset, unreachable) it is
+  "down" for ``retry_after_s``: its keys move to the next live replica on the ring, and
+  move back when it answers again.
+- ``predict`` has a deadline for the whole call (``deadline_s``): keys whose replica is
+  down, slower than the deadline, or answers nonsense predict NaN ("unknown", so the
+  cache falls back to LRU) and a warning is logged once per outage. A replica that was
+  too slow is not asked for predictions for ``retry_after_s`` (so a hung service costs
+  one deadline, not one per call) but still gets observations, with the longer
+  ``observe_deadline_s``. A busy replica (503) only costs that call: its predictions are
+  NaN, its observations go back to the buffer for the next flush. Nothing raises.
+
+Thread-safe: the buffer is guarded by a lock and each request uses its own pooled
+connection, so caches may share one client across threads (e.g. inside AsyncPredictor).
 """
 from __future__ import annotations
 
-import http.client
+import hashlib
 import logging
-import socket
+import threading
 import time
 from typing import Sequence
-from urllib.parse import urlsplit
 
 import numpy as np
 
 from lcr.errors import LcrInputError
 from lcr.predict.base import Predictor
+from lcr.predict.http_client import CallFailed, ConnectFailed, ConnectionPool, Endpoint
 from lcr.predict.lightgbm_model import validate_keys
 from lcr.predict.wire import CONTENT_TYPE, decode_predictions, encode_int64, encode_observations
 
 log = logging.getLogger(__name__)
 
+VIRTUAL_NODES = 64
+
 
 class ServiceUnavailable(Exception):
-    pass
+    """A replica could not answer (down, too slow, or wrong answer)."""
+
+
+class ServiceDown(ServiceUnavailable):
+    """A replica could not be reached at all."""
+
+
+class ServiceBusy(Exception):
+    """A replica answered 503: alive, but its queue is full."""
+
+
+def key_hashes(keys: np.ndarray) -> np.ndarray:
+    """A 64-bit mix of each key (splitmix64's finaliser), as uint64."""
+    with np.errstate(over="ignore"):
+        z = keys.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
+
+
+class HashRing:
+    """Consistent hashing of keys onto replica indices."""
+
+    def __init__(self, names: Sequence[str], virtual_nodes: int = VIRTUAL_NODES):
+        points, owners = [], []
+        for index, name in enumerate(names):
+            for v in range(virtual_nodes):
+                digest = hashlib.blake2b(f"{name}#{v}".encode(), digest_size=8).digest()
+                points.append(int.from_bytes(digest, "little"))
+                owners.append(index)
+        order = np.argsort(np.array(points, dtype=np.uint64), kind="stable")
+        self.points = np.array(points, dtype=np.uint64)[order]
+        self.owners = np.array(owners, dtype=np.int64)[order]
+
+    def owners_of(self, keys: np.ndarray, live: np.ndarray) -> np.ndarray:
+        """Replica index of each key, walking clockwise past replicas not ``live``
+        (a bool per replica); -1 when none is live."""
+        if not live.any():
+            return np.full(len(keys), -1, dtype=np.int64)
+        alive = live[self.owners]
+        points, owners = self.points[alive], self.owners[alive]
+        pos = np.searchsorted(points, key_hashes(keys), side="left") % len(points)
+        return owners[pos]
+
+
+class _Replica:
+    def __init__(self, url: str, pool_size: int):
+        self.endpoint = Endpoint(url)
+        self.url = url
+        self.pool = ConnectionPool(self.endpoint, size=pool_size)
+        self.down_until = 0.0  # unreachable: its keys go to the next live replica
+        self.slow_until = 0.0  # missed a deadline: no predictions asked until then
+        self.warned = False
 
 
 class RemotePredictor(Predictor):
-    def __init__(self, url: str = "http://127.0.0.1:8765", deadline_s: float = 0.05,
-                 token: str | None = None, flush_every: int = 4096, retry_after_s: float = 1.0):
-        parts = urlsplit(url)
-        if parts.scheme != "http" or not parts.hostname:
-            raise LcrInputError(f"predictor URL must look like http://host:port, got {url!r}")
-        self.url = url
-        self.name = f"remote({url})"
-        self._host, self._port = parts.hostname, parts.port or 80
-        self.deadline_s = deadline_s
-        self.flush_every = flush_every
-        self.retry_after_s = retry_after_s
+    def __init__(self, url: str | Sequence[str] = "http://127.0.0.1:8765", deadline_s: float = 0.05,
+                 token: str | None = None, flush_every: int = 4096, retry_after_s: float = 1.0,
+                 max_buffered: int | None = None, pool_size: int = 8, flush_interval_s: float = 0.1,
+                 observe_deadline_s: float = 2.0):
+        urls = [url] if isinstance(url, str) else list(url)
+        if not urls:
+            raise LcrInputError("RemotePredictor needs at least one replica URL")
+        for name, value in (("deadline_s", deadline_s), ("flush_interval_s", flush_interval_s),
+                            ("observe_deadline_s", observe_deadline_s)):
+            if not value > 0:
+                raise LcrInputError(f"{name} must be > 0, got {value}")
+        if flush_every < 1:
+            raise LcrInputError(f"flush_every must be at least 1, got {flush_every}")
+        self.replicas = [_Replica(u, pool_size) for u in urls]
+        self.ring = HashRing(urls)
+        self.url = urls[0] if len(urls) == 1 else ",".join(urls)
+        self.name = f"remote({self.url})"
+        self.deadline_s, self.flush_every, self.retry_after_s = deadline_s, flush_every, retry_after_s
+        self.observe_deadline_s = observe_deadline_s
+        self.max_buffered = max_buffered if max_buffered is not None else 16 * flush_every
+        if self.max_buffered < flush_every:
+            raise LcrInputError(f"max_buffered ({self.max_buffered}) must be at least flush_every ({flush_every})")
         self._headers = {"Content-Type": CONTENT_TYPE}
         if token:
             self._headers["Authorization"] = f"Bearer {token}"
-        self._conn: http.client.HTTPConnection | None = None
+        self._lock = threading.Lock()  # guards the buffer, metrics and replica state
         self._keys: list[int] = []
         self._times: list[int] = []
-        self._down_until = 0.0
-        self._warned = False
-        self.metrics = {"fallbacks": 0, "dropped_observations": 0, "requests": 0}
+        self.metrics = {"fallbacks": 0, "busy": 0, "dropped_observations": 0, "sent_observations": 0,
+                        "requests": 0}
+        self._wake = threading.Event()
+        self._closed = False
+        self._flusher = threading.Thread(target=self._flush_loop, args=(flush_interval_s,),
+                                         name="lcr-remote-flush", daemon=True)
+        self._flusher.start()
+
+    @property
+    def reconnects(self) -> int:
+        return sum(r.pool.reconnects for r in self.replicas)
 
     # -- Predictor -----------------------------------------------------------------------
     def observe(self, key: int, t: int) -> None:
-        self._keys.append(key)
-        self._times.append(t)
-        if len(self._keys) >= self.flush_every:
-            self.flush()
+        with self._lock:
+            self._keys.append(key)
+            self._times.append(t)
+            overflow = len(self._keys) - self.max_buffered
+            if overflow > 0:  # only while sends keep failing: keep the newest
+                del self._keys[:overflow], self._times[:overflow]
+                self.metrics["dropped_observations"] += overflow
+            due = len(self._keys) >= self.flush_every
+        if due:
+            self._wake.set()
 
     def predict(self, keys: Sequence[int] | np.ndarray, now: int) -> np.ndarray:
         keys = validate_keys(keys)
         if not np.isfinite(now):
             raise LcrInputError(f"now must be a finite time, got {now}")
-        self.flush()
-        try:
-            body = self._post(f"/predict?now={int(now)}", encode_int64(keys))
-            return decode_predictions(body, len(keys)).copy()
-        except (ServiceUnavailable, LcrInputError) as err:
-            self._fall_back(err)
-            return np.full(len(keys), np.nan)
+        self.flush()  # the service sees every observation made before this prediction
+        deadline = time.monotonic() + self.deadline_s
+        out = np.full(len(keys), np.nan)
+        owners = self.ring.owners_of(keys, self._live())
+        now_s = time.monotonic()
+        for index in np.unique(owners[owners >= 0]).tolist():
+            mine = np.flatnonzero(owners == index)
+            if now_s < self.replicas[index].slow_until:
+                self._count("fallbacks")
+                continue
+            try:
+                body = self._post(index, f"/predict?now={int(now)}", encode_int64(keys[mine]), deadline)
+                out[mine] = decode_predictions(body, len(mine))
+            except (ServiceUnavailable, ServiceBusy, LcrInputError) as err:
+                if isinstance(err, ServiceUnavailable) and not isinstance(err, ServiceDown):
+                    self.replicas[index].slow_until = time.monotonic() + self.retry_after_s
+                self._fall_back(index, err)
+        if (owners < 0).any():
+            self._count("fallbacks")
+        return out
 
     def flush(self) -> None:
-        """Send buffered observations; on failure they are dropped (and counted)."""
-        if not self._keys:
-            return
-        keys, times = self._keys, self._times
-        self._keys, self._times = [], []
-        try:
-            self._post("/observe", encode_observations(keys, times))
-        except ServiceUnavailable as err:
-            self.metrics["dropped_observations"] += len(keys)
-            self._fall_back(err)
+        """Send buffered observations now; what no replica takes is dropped (and counted)."""
+        with self._lock:
+            if not self._keys:
+                return
+            keys = np.array(self._keys, dtype=np.int64)
+            times = np.array(self._times, dtype=np.int64)
+            self._keys, self._times = [], []
+        deadline = time.monotonic() + self.observe_deadline_s
+        owners = self.ring.owners_of(keys, self._live())
+        dropped = int(np.count_nonzero(owners < 0))
+        for index in np.unique(owners[owners >= 0]).tolist():
+            mine = owners == index
+            try:
+                self._post(index, "/observe", encode_observations(keys[mine], times[mine]), deadline)
+                self._count("sent_observations", int(mine.sum()))
+            except ServiceBusy as err:  # alive but full: keep them for the next flush
+                self._requeue(keys[mine], times[mine])
+                self._fall_back(index, err)
+            except ServiceUnavailable as err:
+                dropped += int(mine.sum())
+                self._fall_back(index, err)
+        self._count("dropped_observations", dropped)
+
+    def _requeue(self, keys: np.ndarray, times: np.ndarray) -> None:
+        """Put observations back in front of the buffer, within ``max_buffered``."""
+        with self._lock:
+            self._keys = keys.tolist() + self._keys
+            self._times = times.tolist() + self._times
+            overflow = len(self._keys) - self.max_buffered
+            if overflow > 0:
+                del self._keys[:overflow], self._times[:overflow]
+                self.metrics["dropped_observations"] += overflow
 
     def train(self) -> bool:
+        """Fit every live replica now; True if all of them answered."""
         self.flush()
-        try:
-            self._post("/train", b"")
-            return True
-        except ServiceUnavailable as err:
-            self._fall_back(err)
-            return False
+        ok = True
+        for index in np.flatnonzero(self._live()).tolist():
+            try:
+                self._post(index, "/train", b"", time.monotonic() + max(self.deadline_s, 60.0))
+            except (ServiceUnavailable, ServiceBusy) as err:
+                self._fall_back(index, err)
+                ok = False
+        return ok and bool(self._live().any())
 
     def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        """Send what is buffered, stop the flusher, close the connections."""
+        self._closed = True
+        self._wake.set()
+        self._flusher.join(self.observe_deadline_s + 1)
+        self.flush()
+        for replica in self.replicas:
+            replica.pool.close()
 
     # -- transport -----------------------------------------------------------------------
-    def _post(self, path: str, body: bytes) -> bytes:
-        if time.monotonic() < self._down_until:
-            raise ServiceUnavailable("service marked down; waiting before retrying")
-        self.metrics["requests"] += 1
+    def _flush_loop(self, interval: float) -> None:
+        while not self._closed:
+            self._wake.wait(interval)
+            self._wake.clear()
+            self.flush()
+
+    def _count(self, name: str, amount: int = 1) -> None:
+        if amount:
+            with self._lock:
+                self.metrics[name] += amount
+
+    def _live(self) -> np.ndarray:
+        now = time.monotonic()
+        return np.array([now >= r.down_until for r in self.replicas])
+
+    def _post(self, index: int, path: str, body: bytes, deadline: float) -> bytes:
+        replica = self.replicas[index]
+        self._count("requests")
         try:
-            if self._conn is None:
-                self._conn = http.client.HTTPConnection(self._host, self._port, timeout=self.deadline_s)
-            self._conn.request("POST", path, body=body, headers=self._headers)
-            response = self._conn.getresponse()
-            payload = response.read()
-        except (OSError, http.client.HTTPException, socket.timeout) as err:
-            self.close()
-            self._down_until = time.monotonic() + self.retry_after_s
-            raise ServiceUnavailable(f"{type(err).__name__}: {err}") from None
-        if response.status != 200:
-            raise ServiceUnavailable(f"HTTP {response.status}: {payload[:200].decode(errors='replace')}")
-        if self._warned:
-            log.warning("predictor service %s is answering again", self.url)
-            self._warned = False
+            status, payload = replica.pool.call("POST", path, self._headers, body, deadline)
+        except ConnectFailed as err:
+            replica.down_until = time.monotonic() + self.retry_after_s
+            raise ServiceDown(str(err)) from None
+        except CallFailed as err:
+            raise ServiceUnavailable(str(err)) from None
+        if status == 503:
+            raise ServiceBusy(f"HTTP 503: {payload[:200].decode(errors='replace')}")
+        if status != 200:
+            raise ServiceUnavailable(f"HTTP {status}: {payload[:200].decode(errors='replace')}")
+        replica.slow_until = 0.0
+        if replica.warned:
+            replica.warned = False
+            log.warning("predictor service %s is answering again", replica.url)
         return payload
 
-    def _fall_back(self, err: Exception) -> None:
-        self.metrics["fallbacks"] += 1
-        if not self._warned:
-            log.warning("predictor service %s unavailable (%s); predictions are unknown, "
-                        "caches fall back to LRU", self.url, err)
-            self._warned = True
+    def _fall_back(self, index: int, err: Exception) -> None:
+        replica = self.replicas[index]
+        if isinstance(err, ServiceBusy):
+            self._count("busy")
+            return
+        self._count("fallbacks")
+        with self._lock:
+            warn, replica.warned = not replica.warned, True
+        if warn:
+            log.warning("predictor service %s unavailable (%s); its keys predict unknown, "
+                        "caches fall back to LRU", replica.url, err)
 
 
-__all__ = ["RemotePredictor", "ServiceUnavailable"]
+__all__ = ["HashRing", "RemotePredictor", "ServiceBusy", "ServiceDown", "ServiceUnavailable"]
