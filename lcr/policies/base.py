@@ -60,9 +60,16 @@ class Policy(ABC):
             self.stats.hits += 1
         else:
             self.stats.misses += 1
-            if self.last_evicted is not None:
-                self.stats.evictions += 1
+        if self.last_evicted is not None:  # a few policies (LIRS) also evict on a hit
+            self.stats.evictions += 1
         return hit
+
+    def _evict(self, key: int) -> None:
+        """Record that ``key`` left the cache. A policy that may evict several keys in one
+        request (libCacheSim's W-TinyLFU) reports the last and counts them all."""
+        if self.last_evicted is not None:
+            self.stats.evictions += 1
+        self.last_evicted = key
 
     @abstractmethod
     def _access(self, key: int, t: int) -> bool:
