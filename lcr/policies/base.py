@@ -43,10 +43,15 @@ class Policy(ABC):
     uses_future: ClassVar[bool] = False
     #: Whether the constructor takes the MoE shape ``layers`` and ``experts`` (layered paging).
     layered: ClassVar[bool] = False
+    #: Whether a hit may evict another key (libCacheSim's LIRS and W-TinyLFU's SLRU do).
+    evicts_on_hit: ClassVar[bool] = False
+    #: The smallest capacity the policy is defined for.
+    min_capacity: ClassVar[int] = 1
 
     def __init__(self, capacity: int):
-        if int(capacity) < 1:
-            raise ValueError(f"cache capacity must be at least 1 item, got {capacity}")
+        if int(capacity) < self.min_capacity:
+            raise ValueError(f"cache capacity must be at least {self.min_capacity} item"
+                             f"{'s' if self.min_capacity > 1 else ''} for {self.name}, got {capacity}")
         self.capacity = int(capacity)
         self.stats = PolicyStats()
         #: The key evicted by the latest ``access``, or None.

@@ -23,8 +23,13 @@ remembers, oldest first, which non-resident HIR keys S still holds. Rules:
   LIR set has room, else resident HIR (top of S and of Q).
 - S holds at most 2k entries: beyond that the oldest non-resident entries (by NH) go.
 
-These are libCacheSim's rules step by step, quirks included (for k = 1 it caches
-nothing); they are what ``tests/test_libcachesim_parity.py`` checks.
+These are libCacheSim's rules step by step, quirks included, with one exception (and
+k >= 2: libCacheSim's LIRS caches nothing at k = 1). When h = 1 (k < 200), the demotion
+on a hit in Q would evict the hit key itself, Q's only entry; libCacheSim then still
+marks it resident in S without counting it, so its cache holds k + 1 keys, more with
+every repeat. Here that hit demotes nothing (the paper's rule for this hit), so the
+cache never exceeds k keys. From k = 200 on the decisions are libCacheSim's
+(``tests/test_libcachesim_parity.py``).
 """
 from __future__ import annotations
 
@@ -37,6 +42,8 @@ LIR, HIR, NONRESIDENT = 0, 1, 2
 
 class LIRS(Policy):
     name = "lirs"
+    evicts_on_hit = True
+    min_capacity = 2  # a LIR and a HIR slot (libCacheSim's LIRS caches nothing at k = 1)
 
     def __init__(self, capacity: int):
         super().__init__(capacity)
@@ -53,7 +60,7 @@ class LIRS(Policy):
 
     def _access(self, key, t):
         hit = self._find(key)
-        if not hit and self.lir_limit >= 1:
+        if not hit:
             self._load(key)
         self._limit_stack()
         return hit
@@ -84,10 +91,10 @@ class LIRS(Policy):
             self.occupied += 1
             return True
         if in_queue:  # resident HIR in Q only
-            while self.lir_count + 1 > self.lir_limit:
+            evicts_itself = self.hir_count >= self.hir_limit and next(iter(self.queue)) == key
+            while self.lir_count + 1 > self.lir_limit and not evicts_itself:  # see the docstring
                 self._demote_lir()
             self.stack[key] = HIR
-            self.resident[key] = None  # even if the demotion just evicted it (libCacheSim)
             return True
         return False
 

@@ -52,10 +52,11 @@ class S3FIFO(Policy):
         to_main = self.ghost.pop(key, False) is None
         if self.full:
             self.warm = True
-            if len(self.main) > self.main_size or not self.small:
-                self._evict_main()
-            else:
-                self._evict_small()
+            while self.full:  # S may only have moved its keys to M
+                if len(self.main) > self.main_size or not self.small:
+                    self._evict_main()
+                else:
+                    self._evict_small()
         elif not self.warm and len(self.small) >= self.small_size:
             to_main = True  # filling up: once S is full, new keys go straight to M
         (self.main if to_main else self.small)[key] = 0

@@ -17,7 +17,8 @@ frequency sketch (``lcr.policies.sketch``).
   once more. With the window empty, main evicts its victim.
 
 Differs from libCacheSim only below k = 100, where libCacheSim's window has int(0.01 k)
-= 0 slots and it caches nothing; here the window has at least one slot.
+= 0 slots and it caches nothing; here the window has at least one slot (for k = 1 it is
+the whole cache).
 """
 from __future__ import annotations
 
@@ -30,21 +31,20 @@ from lcr.policies.sketch import CountingBloomSketch
 
 class WTinyLFU(Policy):
     name = "wtinylfu"
+    evicts_on_hit = True  # a promotion that overfills probation
 
     def __init__(self, capacity: int, window: float = 0.01):
         super().__init__(capacity)
         if not 0 < window < 1:
             raise ValueError(f"wtinylfu window must lie in (0, 1), got {window}")
         self.window_size = max(1, int(self.capacity * window))
-        self.main_size = self.capacity - self.window_size
-        if self.main_size < 1:
-            raise ValueError(f"wtinylfu needs a cache of at least 2 items, got {capacity}")
+        self.main_size = self.capacity - self.window_size  # 0 for k = 1: the window alone
         self.segment_size = (int(1 / 5 * self.main_size), int(4 / 5 * self.main_size))  # libCacheSim's rounding
         self.window: OrderedDict[int, None] = OrderedDict()  # oldest first
         self.probation: OrderedDict[int, None] = OrderedDict()
         self.protected: OrderedDict[int, None] = OrderedDict()
         self.resident = _Union(self.window, _Union(self.probation, self.protected))
-        self.sketch = CountingBloomSketch(self.main_size)
+        self.sketch = CountingBloomSketch(max(1, self.main_size))
         self.halve_every = 32 * self.main_size
         self.main_hits = 0
 
@@ -104,7 +104,7 @@ class WTinyLFU(Policy):
                 self._main_insert(candidate)
                 self.sketch.add(candidate)
                 continue
-            if self.sketch.estimate(candidate) > self.sketch.estimate(self._main_victim()):
+            if self.main_size and self.sketch.estimate(candidate) > self.sketch.estimate(self._main_victim()):
                 self._main_evict()
                 del self.window[candidate]
                 self._main_insert(candidate)
