@@ -152,7 +152,9 @@ def run_sweep(trace: Trace, specs: list[PolicySpec], capacities: list[int], pred
     Cost ratios are misses / OPT misses at the same capacity (OPT is run if not asked).
     ``engine``: ``python`` (the spec), ``native`` (C++ cores) or ``auto`` (native where one exists).
     ``predictions``: shared by every run, so each prediction array is computed once
-    (default: in memory for this sweep; pass a ``PredictionCache(dir)`` to keep them)."""
+    (default: in memory for this sweep; pass a ``PredictionCache(dir)`` to keep them).
+    A learned predictor named without a mode is its async replay (``resolve_predictor``);
+    ``run_one`` takes names as given."""
     predictions = predictions if predictions is not None else PredictionCache("off")
     predictor = resolve_predictor(predictor)
     results = []

@@ -24,7 +24,7 @@ import numpy as np
 
 from lcr.errors import LcrInputError
 from lcr.traces import detect
-from lcr.traces.files import READ_ERRORS, open_binary, read_prefix
+from lcr.traces.files import READ_ERRORS, compression, open_binary, read_prefix
 from lcr.traces.guard import require_memory
 from lcr.traces.moe import routing_trace
 from lcr.traces.trace import Trace
@@ -172,6 +172,9 @@ def read_oracle_general(path: Path, limit: int | None = None) -> Trace:
 
 
 def _read_bytes(path: Path, limit_bytes: int | None) -> bytes:
+    if compression(path) is None:  # the bytes, then int64 keys of up to twice their size
+        size = os.path.getsize(path) if limit_bytes is None else min(limit_bytes, os.path.getsize(path))
+        require_memory(3 * size, f"{size:,} bytes of trace", source=str(path))
     with open_binary(path) as f:
         return f.read() if limit_bytes is None else f.read(limit_bytes)
 
