@@ -65,6 +65,7 @@ def read_mooncake(path: Path, limit: int | None = None) -> Trace:
     offsets = [0]
     stamps: list[float] = []
     lengths: list[int] = []
+    outputs: list[int] = []
     for number, line in _lines(path):
         try:
             request = json.loads(line)
@@ -79,11 +80,14 @@ def read_mooncake(path: Path, limit: int | None = None) -> Trace:
         stamps.extend([float(request.get("timestamp", len(offsets) - 2))] * len(blocks))
         length = request.get("input_length")
         lengths.append(length if isinstance(length, int) and length > 0 else 512 * len(blocks))
+        output = request.get("output_length")
+        outputs.append(output if isinstance(output, int) and output >= 0 else 0)
         if limit is not None and len(offsets) - 1 >= limit:
             break
     return Trace(np.array(keys, dtype=np.int64), path.name, timestamps=np.array(stamps),
                  request_offsets=np.array(offsets, dtype=np.int64),
-                 meta={"block_tokens": 512, "requests": len(offsets) - 1, "input_lengths": lengths})
+                 meta={"block_tokens": 512, "requests": len(offsets) - 1, "input_lengths": lengths,
+                       "output_lengths": outputs})
 
 
 ORACLE_GENERAL = np.dtype([("time", "<u4"), ("obj_id", "<u8"), ("size", "<u4"), ("next_vtime", "<i8")])
