@@ -234,3 +234,43 @@ def test_sim_route_cli_runs_and_rejects_bad_input(tmp_path):
         out = lcr(*bad)
         assert out.returncode == 2, (bad, out.stderr)
         assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
+
+
+def test_proxy_answers_503_when_no_worker_is_reachable_and_takes_them_out():
+    import asyncio
+    import json
+    import socket
+
+    from lcr.route.serve import RoutingProxy
+
+    ports = []
+    for _ in range(2):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            ports.append(s.getsockname()[1])      # closed again: connections are refused
+    proxy = RoutingProxy([f"http://127.0.0.1:{p}" for p in ports], make_router("round_robin", 2))
+
+    async def run():
+        try:
+            return await proxy.forward("/generate", json.dumps({"input_ids": [1, 2, 3]}).encode())
+        finally:
+            await proxy.client.aclose()
+
+    status, _ = asyncio.run(run())
+    metrics = proxy.metrics()
+    assert status == 503 and metrics["lost"] == 1 and metrics["retries"] == 1
+    assert [w["alive"] for w in metrics["workers"]] == [False, False]
+    assert proxy.outstanding == [0, 0]
+
+
+def test_prompt_blocks_share_ids_exactly_along_a_shared_prefix():
+    from lcr.route.serve import prompt_blocks
+
+    a = prompt_blocks({"input_ids": list(range(200))}, block_tokens=64)
+    b = prompt_blocks({"input_ids": list(range(128)) + [9] * 72}, block_tokens=64)
+    assert a.tokens == (64, 64, 64, 8)
+    assert a.paths[:2] == b.paths[:2] and a.paths[2] != b.paths[2]
+    text = prompt_blocks({"text": "x" * 300}, block_tokens=64)  # 256 characters per block
+    assert text.tokens == (64, 11)
+    with pytest.raises(ValueError):
+        prompt_blocks({"input_ids": [[1, 2]]})

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 
 from lcr.errors import LcrInputError
@@ -47,6 +48,24 @@ def register(subparsers) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", help="write results as JSON here")
     p.set_defaults(func=run)
+
+    s = subparsers.add_parser(
+        "serve-router", help="route requests across running SGLang workers (lcr's routers)",
+        description="An HTTP router in front of SGLang workers: /generate, /v1/completions and "
+                    "/v1/chat/completions are forwarded (streaming too) to the worker the chosen "
+                    "router picks; failed workers leave rotation and their requests are retried.")
+    s.add_argument("--worker-urls", required=True, help="comma-separated worker base URLs")
+    s.add_argument("--router", default="lbgr", help=f"one of {', '.join(ROUTERS)}, with parameters "
+                                                     "after ':' separated by ';'")
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--port", type=int, default=30000)
+    s.add_argument("--block-tokens", type=int, default=64, help="tokens per prefix block the router tracks")
+    s.add_argument("--miss-s-per-token", type=float, default=ServiceModel.miss_s_per_token)
+    s.add_argument("--hit-s-per-token", type=float, default=ServiceModel.hit_s_per_token)
+    s.add_argument("--decode-s-per-token", type=float, default=ServiceModel.decode_s_per_token)
+    s.add_argument("--slots", type=int, default=ServiceModel.slots, help="requests a worker runs at once")
+    s.add_argument("--seed", type=int, default=0)
+    s.set_defaults(func=serve)
 
 
 def _ints(text: str, flag: str, low: int = 1, high: int = 1 << 40) -> list[int]:
@@ -177,4 +196,38 @@ def run(args) -> int:
                                                    indent=1))
         except OSError as err:
             raise LcrInputError(f"--json: cannot write {args.json}: {err.strerror}") from None
+    return 0
+
+
+def serve(args) -> int:
+    urls = [u.strip() for u in args.worker_urls.split(",") if u.strip()]
+    if not urls:
+        raise LcrInputError("--worker-urls: give at least one worker URL")
+    for url in urls:
+        if not url.startswith(("http://", "https://")):
+            raise LcrInputError(f"--worker-urls: {url!r} is not an http(s) URL")
+    if not 1 <= args.port <= 65535:
+        raise LcrInputError(f"--port must be in 1..65535, got {args.port}")
+    if args.block_tokens < 1:
+        raise LcrInputError(f"--block-tokens must be at least 1, got {args.block_tokens}")
+    specs = [PolicySpec.parse(item, registry=ROUTERS) for item in split_policies(args.router)]
+    if len(specs) != 1:
+        raise LcrInputError("--router: give exactly one router")
+    service = ServiceModel(args.miss_s_per_token, args.hit_s_per_token, args.decode_s_per_token, args.slots)
+    try:
+        router = make_router(specs[0].name, len(urls), args.seed, service=service, **specs[0].kwargs)
+    except TypeError as err:
+        raise LcrInputError(f"router {specs[0].label}: {err}") from None
+    try:
+        import uvicorn
+        from lcr.route.serve import RoutingProxy, create_app
+    except ImportError as err:
+        raise LcrInputError(f"serve-router needs lcr[service] (fastapi, uvicorn, httpx): {err}") from None
+    if args.host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"lcr serve-router: warning: listening on {args.host} without TLS or authentication",
+              file=sys.stderr)
+    print(f"lcr serve-router: {specs[0].label} over {len(urls)} workers on {args.host}:{args.port}",
+          file=sys.stderr, flush=True)
+    app = create_app(RoutingProxy(urls, router, block_tokens=args.block_tokens))
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0

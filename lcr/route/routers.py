@@ -59,9 +59,15 @@ class Router(ABC):
     def on_complete(self, worker: int, request: RoutedRequest, now: float, latency: float) -> None:
         """``request`` finished on ``worker`` at ``now`` after ``latency`` seconds."""
 
+    def on_failed(self, worker: int, request: RoutedRequest, now: float) -> None:
+        """``worker`` failed ``request`` (it will be retried elsewhere): forget the attempt."""
+
     def remove_worker(self, worker: int) -> None:
         """``worker`` is gone: route nothing more to it."""
         self.dead.add(worker)
+
+    def restore_worker(self, worker: int) -> None:
+        self.dead.discard(worker)
 
 
 class RandomRouter(Router):
@@ -215,17 +221,25 @@ class LBGRRouter(Router):
         return best
 
     def on_complete(self, worker, request, now, latency):
-        routed = self._in_flight.pop(request.rid, None)
         self._completed += 1
         self._mean_output += (request.output_tokens - self._mean_output) / self._completed
+        flight = self._release(worker, request, now)
+        if flight is not None and self.learn:
+            self.models[worker].update(flight.phi, latency - flight.base_estimate)
+
+    def on_failed(self, worker, request, now):
+        self._release(worker, request, now)
+
+    def _release(self, worker: int, request: RoutedRequest, now: float) -> _InFlight | None:
+        """Take back what is left of the request's share of the worker's load."""
+        routed = self._in_flight.pop(request.rid, None)
         if routed is None:
-            return
+            return None
         self._decay_to(now)
         _, flight = routed
         residual = flight.cost * math.exp(-self.decay_rate * (now - flight.routed_at))
         self.load[worker] = max(0.0, self.load[worker] - residual)
-        if self.learn:
-            self.models[worker].update(flight.phi, latency - flight.base_estimate)
+        return flight
 
 
 ROUTERS = {
