@@ -38,13 +38,7 @@ def register(subparsers) -> None:
                         "timestamps, rescaled to mean rate R if given)")
     p.add_argument("--block-tokens", type=int, default=64, help="tokens per prefix block")
     p.add_argument("--limit", type=int, help="route only the first N requests")
-    p.add_argument("--miss-s-per-token", type=float, default=ServiceModel.miss_s_per_token,
-                   help="prefill seconds per uncached prompt token")
-    p.add_argument("--hit-s-per-token", type=float, default=ServiceModel.hit_s_per_token,
-                   help="seconds per cached prompt token")
-    p.add_argument("--decode-s-per-token", type=float, default=ServiceModel.decode_s_per_token)
-    p.add_argument("--slots", type=int, default=ServiceModel.slots,
-                   help="requests a worker runs at once")
+    add_service_flags(p)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", help="write results as JSON here")
     p.set_defaults(func=run)
@@ -60,12 +54,24 @@ def register(subparsers) -> None:
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=30000)
     s.add_argument("--block-tokens", type=int, default=64, help="tokens per prefix block the router tracks")
-    s.add_argument("--miss-s-per-token", type=float, default=ServiceModel.miss_s_per_token)
-    s.add_argument("--hit-s-per-token", type=float, default=ServiceModel.hit_s_per_token)
-    s.add_argument("--decode-s-per-token", type=float, default=ServiceModel.decode_s_per_token)
-    s.add_argument("--slots", type=int, default=ServiceModel.slots, help="requests a worker runs at once")
+    add_service_flags(s)
     s.add_argument("--seed", type=int, default=0)
     s.set_defaults(func=serve)
+
+
+def add_service_flags(parser) -> None:
+    """The service model: simulated workers' costs, and what LBGR assumes of real ones."""
+    parser.add_argument("--miss-s-per-token", type=float, default=ServiceModel.miss_s_per_token,
+                        help="prefill seconds per uncached prompt token")
+    parser.add_argument("--hit-s-per-token", type=float, default=ServiceModel.hit_s_per_token,
+                        help="seconds per cached prompt token")
+    parser.add_argument("--decode-s-per-token", type=float, default=ServiceModel.decode_s_per_token)
+    parser.add_argument("--slots", type=int, default=ServiceModel.slots,
+                        help="requests a worker runs at once")
+
+
+def service_model(args) -> ServiceModel:
+    return ServiceModel(args.miss_s_per_token, args.hit_s_per_token, args.decode_s_per_token, args.slots)
 
 
 def _ints(text: str, flag: str, low: int = 1, high: int = 1 << 40) -> list[int]:
@@ -165,7 +171,7 @@ def run(args) -> int:
         raise LcrInputError(f"--limit must be at least 1, got {args.limit}")
     if args.seed < 0:
         raise LcrInputError(f"--seed must be >= 0, got {args.seed}")
-    service = ServiceModel(args.miss_s_per_token, args.hit_s_per_token, args.decode_s_per_token, args.slots)
+    service = service_model(args)
     pairs = load_requests(args.workload, args.block_tokens, args.seed, args.limit)
     requests = with_arrivals(pairs, arrival_times(args.arrivals, len(pairs), args.seed))
 
@@ -213,7 +219,7 @@ def serve(args) -> int:
     specs = [PolicySpec.parse(item, registry=ROUTERS) for item in split_policies(args.router)]
     if len(specs) != 1:
         raise LcrInputError("--router: give exactly one router")
-    service = ServiceModel(args.miss_s_per_token, args.hit_s_per_token, args.decode_s_per_token, args.slots)
+    service = service_model(args)
     try:
         router = make_router(specs[0].name, len(urls), args.seed, service=service, **specs[0].kwargs)
     except TypeError as err:
