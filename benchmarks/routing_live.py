@@ -84,6 +84,22 @@ def workload(groups: int, prompts: int, prefix_words: int, suffix_words: int, se
     return out
 
 
+def ready_for_requests(url: str, proc: subprocess.Popen, log: Path, timeout: float = 120) -> None:
+    """sglang-router answers /health before it has registered its workers: wait until a
+    one-token request goes through (then a moment more for the other workers)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            one_request(url, "w1", 1)
+            time.sleep(2)
+            return
+        except OSError:
+            if proc.poll() is not None:
+                break
+            time.sleep(1)
+    raise RuntimeError(f"{url} never served a request:\n{log.read_text()[-2000:]}")
+
+
 def one_request(url: str, text: str, max_new_tokens: int) -> dict:
     body = json.dumps({"text": text, "stream": True,
                        "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": 0}}).encode()
@@ -117,6 +133,7 @@ def run_router(name: str, urls: list[str], prompts: list[str], clients: int, max
     url = f"http://127.0.0.1:{port}"
     try:
         wait_http(url + "/health", proc, 120, log)
+        ready_for_requests(url, proc, log)
         started = time.perf_counter()
         with ThreadPoolExecutor(clients) as pool:
             results = list(pool.map(lambda text: one_request(url, text, max_new), prompts))
