@@ -129,6 +129,7 @@ def read_mooncake(path: Path, limit: int | None = None) -> Trace:
     offsets = [0]
     stamps: list[float] = []
     lengths: list[int] = []
+    outputs: list[int] = []
     for number, line in _lines(path):
         try:
             request = json.loads(line)
@@ -147,11 +148,14 @@ def read_mooncake(path: Path, limit: int | None = None) -> Trace:
         offsets.append(len(keys))
         length = request.get("input_length")
         lengths.append(length if type(length) is int and length > 0 else 512 * len(blocks))
+        output = request.get("output_length")
+        outputs.append(output if type(output) is int and output >= 0 else 0)
         if limit is not None and len(keys) >= limit:
             break
     trace = Trace(np.array(keys, dtype=np.int64), path.name, timestamps=np.array(stamps),
                   request_offsets=np.array(offsets, dtype=np.int64),
-                  meta={"block_tokens": 512, "requests": len(offsets) - 1, "input_lengths": lengths})
+                  meta={"block_tokens": 512, "requests": len(offsets) - 1, "input_lengths": lengths,
+                        "output_lengths": outputs})
     return trace.head(limit) if limit is not None and len(trace) > limit else trace
 
 

@@ -1,0 +1,217 @@
+"""lcr serve-router against the real sglang-router, on real SGLang CPU workers.
+
+    python benchmarks/routing_live.py [--workers 2] [--repeats 3] [--out benchmarks/results/routing_live.json]
+
+Starts W SGLang workers (the tiny random Llama of the CPU end-to-end test, small KV pools,
+stock LRU), then for every repeat and every router, interleaved: flushes the workers'
+caches, starts the router, replays a generated shared-prefix workload as text prompts with a
+fixed number of clients in flight, and stops the router. Routers: lcr's lbgr, cache_aware
+and round_robin (`lcr serve-router`) and sglang-router's cache_aware and round_robin
+(`python -m sglang_router.launch_router`). Reports the cluster's cached-token ratio (from
+SGLang's own meta_info), TTFT p50/p99 (first streamed chunk), latency p50, req/s and, for
+lcr, routing time per request. On a shared CPU machine the times are noisy: read the
+spread across repeats before the means.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+ROUTERS = ("lcr:lbgr", "lcr:cache_aware", "lcr:round_robin", "sglang:cache_aware", "sglang:round_robin")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def env() -> dict:
+    paths = [str(REPO / "tests" / "sglang_stubs"), str(REPO), os.environ.get("PYTHONPATH", "")]
+    return {**os.environ, "SGLANG_USE_CPU_ENGINE": "1", "PYTHONPATH": os.pathsep.join(filter(None, paths))}
+
+
+def wait_http(url: str, proc: subprocess.Popen, timeout: float, log: Path) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{url} exited:\n{log.read_text()[-2000:]}")
+        try:
+            urllib.request.urlopen(url, timeout=3)
+            return
+        except OSError:
+            time.sleep(1)
+    raise RuntimeError(f"{url} not ready:\n{log.read_text()[-2000:]}")
+
+
+def start(cmd: list[str], log: Path) -> subprocess.Popen:
+    return subprocess.Popen(cmd, env=env(), stdout=log.open("w"), stderr=subprocess.STDOUT,
+                            start_new_session=True)
+
+
+def stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def workload(groups: int, prompts: int, prefix_words: int, suffix_words: int, seed: int = 0) -> list[str]:
+    rng = random.Random(seed)
+    out = []
+    for _ in range(groups):
+        prefix = [f"w{rng.randrange(3, 1000)}" for _ in range(prefix_words)]
+        for _ in range(prompts):
+            out.append(" ".join(prefix + [f"w{rng.randrange(3, 1000)}" for _ in range(suffix_words)]))
+    rng.shuffle(out)
+    return out
+
+
+def ready_for_requests(url: str, proc: subprocess.Popen, log: Path, timeout: float = 120) -> None:
+    """sglang-router answers /health before it has registered its workers: wait until a
+    one-token request goes through (then a moment more for the other workers)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            one_request(url, "w1", 1)
+            time.sleep(2)
+            return
+        except OSError:
+            if proc.poll() is not None:
+                break
+            time.sleep(1)
+    raise RuntimeError(f"{url} never served a request:\n{log.read_text()[-2000:]}")
+
+
+def one_request(url: str, text: str, max_new_tokens: int) -> dict:
+    body = json.dumps({"text": text, "stream": True,
+                       "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": 0}}).encode()
+    request = urllib.request.Request(url + "/generate", body, {"Content-Type": "application/json"})
+    started = time.perf_counter()
+    first, meta = None, {}
+    with urllib.request.urlopen(request, timeout=600) as reply:
+        for line in reply:
+            if not line.startswith(b"data:"):
+                continue
+            if first is None:
+                first = time.perf_counter() - started
+            payload = line[5:].strip()
+            if payload and payload != b"[DONE]":
+                meta = json.loads(payload).get("meta_info", meta)
+    return {"ttft": first, "latency": time.perf_counter() - started,
+            "prompt": meta.get("prompt_tokens", 0), "cached": meta.get("cached_tokens", 0)}
+
+
+def run_router(name: str, urls: list[str], prompts: list[str], clients: int, max_new: int, logs: Path) -> dict:
+    kind, policy = name.split(":")
+    port = free_port()
+    if kind == "lcr":
+        cmd = [sys.executable, "-m", "lcr", "serve-router", "--worker-urls", ",".join(urls),
+               "--router", policy, "--port", str(port)]
+    else:
+        cmd = [sys.executable, "-m", "sglang_router.launch_router", "--worker-urls", *urls,
+               "--policy", policy, "--port", str(port), "--host", "127.0.0.1"]
+    log = logs / f"router-{kind}-{policy}.log"
+    proc = start(cmd, log)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_http(url + "/health", proc, 120, log)
+        ready_for_requests(url, proc, log)
+        started = time.perf_counter()
+        with ThreadPoolExecutor(clients) as pool:
+            results = list(pool.map(lambda text: one_request(url, text, max_new), prompts))
+        elapsed = time.perf_counter() - started
+        overhead = None
+        if kind == "lcr":
+            with urllib.request.urlopen(url + "/lcr/metrics", timeout=10) as reply:
+                overhead = json.loads(reply.read())["route_us_per_request"]
+    finally:
+        stop(proc)
+    ttft = np.array([r["ttft"] for r in results])
+    return {"router": name, "cached_ratio": sum(r["cached"] for r in results) / max(1, sum(r["prompt"] for r in results)),
+            "ttft_p50": float(np.percentile(ttft, 50)), "ttft_p99": float(np.percentile(ttft, 99)),
+            "latency_p50": float(np.median([r["latency"] for r in results])),
+            "req_per_s": len(results) / elapsed, "route_us": overhead}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--groups", type=int, default=12)
+    parser.add_argument("--prompts", type=int, default=8)
+    parser.add_argument("--pool-tokens", type=int, default=2048, help="KV pool per worker")
+    parser.add_argument("--clients", type=int, default=4)
+    parser.add_argument("--max-new-tokens", type=int, default=4)
+    parser.add_argument("--routers", default=",".join(ROUTERS))
+    parser.add_argument("--out", default="benchmarks/results/routing_live.json")
+    args = parser.parse_args()
+    from sglang_e2e_model import build_tiny_llama
+
+    logs = Path(tempfile.mkdtemp(prefix="lcr-routing-live-"))
+    model = build_tiny_llama(logs / "tiny-llama")
+    workers, urls = [], []
+    for i in range(args.workers):
+        port = free_port()
+        urls.append(f"http://127.0.0.1:{port}")
+        workers.append(start([sys.executable, "-m", "sglang_patch.launch_server", "--cache-policy", "lru",
+                              "--model-path", str(model), "--device", "cpu", "--attention-backend",
+                              "torch_native", "--max-total-tokens", str(args.pool_tokens), "--port",
+                              str(port), "--skip-server-warmup"], logs / f"worker{i}.log"))
+    rows = []
+    try:
+        for i, url in enumerate(urls):
+            wait_http(url + "/health", workers[i], 900, logs / f"worker{i}.log")
+        prompts = workload(args.groups, args.prompts, prefix_words=300, suffix_words=100)
+        names = [n for n in args.routers.split(",") if n]
+        for repeat in range(args.repeats):
+            for name in (names if repeat % 2 == 0 else names[::-1]):
+                for url in urls:
+                    urllib.request.urlopen(urllib.request.Request(url + "/flush_cache", b"", method="POST"),
+                                           timeout=60)
+                row = run_router(name, urls, prompts, args.clients, args.max_new_tokens, logs)
+                row["repeat"] = repeat
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    finally:
+        for proc in workers:
+            stop(proc)
+    summary = {}
+    print(f"\n{'router':<22} {'cached ratio':>14} {'TTFT p50 (s)':>14} {'TTFT p99 (s)':>14} {'req/s':>12} {'route us':>9}")
+    for name in dict.fromkeys(r["router"] for r in rows):
+        mine = [r for r in rows if r["router"] == name]
+        def stat(key):
+            values = np.array([r[key] for r in mine], dtype=float)
+            return float(values.mean()), float(values.max() - values.min())
+        summary[name] = {k: stat(k) for k in ("cached_ratio", "ttft_p50", "ttft_p99", "req_per_s")}
+        us = [r["route_us"] for r in mine if r["route_us"] is not None]
+        summary[name]["route_us"] = float(np.mean(us)) if us else None
+        s = summary[name]
+        print(f"{name:<22} {s['cached_ratio'][0]:>8.3f}±{s['cached_ratio'][1] / 2:.3f} "
+              f"{s['ttft_p50'][0]:>8.3f}±{s['ttft_p50'][1] / 2:.3f} {s['ttft_p99'][0]:>8.3f}±{s['ttft_p99'][1] / 2:.3f} "
+              f"{s['req_per_s'][0]:>6.2f}±{s['req_per_s'][1] / 2:.2f} "
+              f"{'' if s['route_us'] is None else format(s['route_us'], '9.0f')}")
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    Path(args.out).write_text(json.dumps({"args": vars(args), "rows": rows, "summary": summary}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,262 @@
+"""Request routers across serving workers, each with its own prefix cache.
+
+One router object makes every routing decision, in the simulator (``lcr sim-route``) and
+wherever requests are routed for real: it is told of each arrival (``route``) and each
+completion (``on_complete``) and keeps its own view of the workers. ``outstanding`` is the
+number of requests each worker holds (queued or running), the load signal every real
+router has.
+
+- ``random``, ``round_robin``: the baselines.
+- ``cache_aware``: SGLang router's policy (sglang-router 0.3.2 defaults): when the load is
+  imbalanced (max - min outstanding > ``balance_abs`` and max > ``balance_rel`` x min) go to
+  the least loaded worker; otherwise to the worker with the longest approximate prefix match
+  if its match rate exceeds ``cache_threshold``, else to the worker whose index is smallest
+  (the most free cache, as far as the router knows).
+- ``lbgr``: learning-based greedy routing (the RLT/LBGR paper): predicted latency
+  E_i = Cost_i + P_i + theta_i . phi_i, with Cost_i from the approximate prefix match,
+  P_i an exponentially decaying queue load and theta_i a per-worker recursive least
+  squares fit of the measured latency minus the model's estimate.
+"""
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from lcr.errors import LcrInputError
+from lcr.route.prefix_index import ApproxPrefixIndex
+from lcr.route.rls import RecursiveLeastSquares
+from lcr.route.service import ServiceModel
+from lcr.route.workload import RoutedRequest
+
+
+class Router(ABC):
+    """Routes requests to ``workers`` workers. Not thread-safe: one event loop calls it."""
+
+    name = "router"
+
+    def __init__(self, workers: int, seed: int = 0):
+        if workers < 1:
+            raise LcrInputError(f"need at least one worker, got {workers}")
+        self.workers = workers
+        self.rng = np.random.default_rng(seed)
+        self.dead: set[int] = set()
+
+    def alive(self) -> list[int]:
+        """Workers still in rotation (at least one, or routing is impossible)."""
+        alive = [w for w in range(self.workers) if w not in self.dead]
+        if not alive:
+            raise LcrInputError("no worker left to route to")
+        return alive
+
+    @abstractmethod
+    def route(self, request: RoutedRequest, now: float, outstanding: Sequence[int]) -> int:
+        """The worker for ``request`` arriving at ``now`` (seconds)."""
+
+    def on_complete(self, worker: int, request: RoutedRequest, now: float, latency: float) -> None:
+        """``request`` finished on ``worker`` at ``now`` after ``latency`` seconds."""
+
+    def on_failed(self, worker: int, request: RoutedRequest, now: float) -> None:
+        """``worker`` failed ``request`` (it will be retried elsewhere): forget the attempt."""
+
+    def remove_worker(self, worker: int) -> None:
+        """``worker`` is gone: route nothing more to it."""
+        self.dead.add(worker)
+
+    def restore_worker(self, worker: int) -> None:
+        self.dead.discard(worker)
+
+
+class RandomRouter(Router):
+    name = "random"
+
+    def route(self, request, now, outstanding):
+        alive = self.alive()
+        return alive[int(self.rng.integers(len(alive)))]
+
+
+class RoundRobinRouter(Router):
+    name = "round_robin"
+
+    def __init__(self, workers: int, seed: int = 0):
+        super().__init__(workers, seed)
+        self._next = 0
+
+    def route(self, request, now, outstanding):
+        alive = self.alive()
+        worker = next((w for w in alive if w >= self._next), alive[0])
+        self._next = worker + 1
+        return worker
+
+
+class CacheAwareRouter(Router):
+    name = "cache_aware"
+
+    def __init__(self, workers: int, seed: int = 0, cache_threshold: float = 0.3,
+                 balance_abs: int = 64, balance_rel: float = 1.5, max_index_tokens: int | None = None):
+        super().__init__(workers, seed)
+        self.cache_threshold = cache_threshold
+        self.balance_abs = balance_abs
+        self.balance_rel = balance_rel
+        self.indexes = [ApproxPrefixIndex(max_index_tokens) for _ in range(workers)]
+
+    def imbalanced(self, loads: Sequence[int]) -> bool:
+        high, low = max(loads), min(loads)
+        return high - low > self.balance_abs and high > low * self.balance_rel
+
+    def route(self, request, now, outstanding):
+        alive = self.alive()
+        # Ties go to the lowest worker index.
+        if self.imbalanced([outstanding[w] for w in alive]):
+            worker = min(alive, key=lambda w: outstanding[w])
+        else:
+            matches = {w: self.indexes[w].match(request.request) for w in alive}
+            best = max(alive, key=lambda w: matches[w])
+            if matches[best] / max(request.prompt_tokens, 1) > self.cache_threshold:
+                worker = best
+            else:
+                worker = min(alive, key=lambda w: self.indexes[w].tokens)
+        self.indexes[worker].insert(request.request)
+        return worker
+
+
+@dataclass
+class _InFlight:
+    cost: float
+    routed_at: float
+    base_estimate: float   # Cost + P at routing time: what the residual model corrects
+    phi: np.ndarray
+
+
+class LBGRRouter(Router):
+    """Learning-based greedy routing.
+
+    ``features``: ``paper`` (hit, miss, load), ``intercept`` (a constant only, as the authors'
+    released router learns), or ``paper+intercept``. Load P_i decays by ``decay`` every
+    ``decay_interval`` seconds (the authors: 31/32 every 20 ms); a finished request releases
+    what is left of its share. ``hysteresis``: a worker with a longer prefix match is kept
+    when its estimate is within this fraction of the best (stickiness keeps prefixes
+    together when workers are nearly tied).
+    """
+
+    name = "lbgr"
+    FEATURES = ("paper", "intercept", "paper+intercept")
+
+    def __init__(self, workers: int, seed: int = 0, service: ServiceModel | None = None,
+                 features: str = "paper", forgetting: float = 0.992, decay: float = 31 / 32,
+                 decay_interval: float = 0.02, hysteresis: float = 0.02,
+                 max_index_tokens: int | None = None, learn: bool = True):
+        super().__init__(workers, seed)
+        if features not in self.FEATURES:
+            raise LcrInputError(f"lbgr: features must be one of {', '.join(self.FEATURES)}, got {features!r}")
+        if not 0 < decay <= 1 or decay_interval <= 0:
+            raise LcrInputError("lbgr: decay must be in (0, 1] and decay_interval > 0")
+        self.service = service or ServiceModel()
+        self.features = features
+        self.hysteresis = hysteresis
+        self.learn = learn
+        self.decay_rate = -math.log(decay) / decay_interval  # P(t) = P(t0) exp(-rate (t - t0))
+        self.indexes = [ApproxPrefixIndex(max_index_tokens) for _ in range(workers)]
+        dim = {"paper": 3, "intercept": 1, "paper+intercept": 4}[features]
+        self.models = [RecursiveLeastSquares(dim, forgetting, delta=1.0) for _ in range(workers)]
+        self.load = [0.0] * workers
+        self._load_time = 0.0
+        self._in_flight: dict[int, tuple[int, _InFlight]] = {}
+        self._mean_output = 0.0
+        self._completed = 0
+
+    def _decay_to(self, now: float) -> None:
+        if now > self._load_time:
+            factor = math.exp(-self.decay_rate * (now - self._load_time))
+            self.load = [p * factor for p in self.load]
+            self._load_time = now
+
+    def phi(self, hit: int, miss: int, load: float) -> np.ndarray:
+        # In seconds of the service model, so theta reads as relative corrections
+        # (theta = 0.5 on the miss term: prefill is 50% slower than modelled).
+        paper = [self.service.prefill(hit, 0), self.service.prefill(0, miss), load]
+        if self.features == "paper":
+            return np.array(paper)
+        if self.features == "intercept":
+            return np.array([1.0])
+        return np.array(paper + [1.0])
+
+    def estimates(self, request: RoutedRequest, now: float) -> list[tuple[float, float, int, np.ndarray]]:
+        """Per worker: (predicted latency, Cost + P, matched tokens, phi)."""
+        self._decay_to(now)
+        out = []
+        for worker in range(self.workers):
+            hit = self.indexes[worker].match(request.request)
+            miss = request.prompt_tokens - hit
+            cost = self.service.prefill(hit, miss) + self.service.decode(self._mean_output)
+            phi = self.phi(hit, miss, self.load[worker])
+            base = cost + self.load[worker]
+            out.append((base + self.models[worker].predict(phi), base, hit, phi))
+        return out
+
+    def route(self, request, now, outstanding):
+        alive = self.alive()
+        estimates = self.estimates(request, now)
+        best = min(alive, key=lambda w: estimates[w][0])
+        sticky = max(alive, key=lambda w: estimates[w][2])
+        if (estimates[sticky][2] > estimates[best][2]
+                and estimates[sticky][0] - estimates[best][0] <= self.hysteresis * abs(estimates[best][0])):
+            best = sticky
+        # A worker that gets no requests gets no completions, so a pessimistic fit would
+        # starve it forever; each request routed elsewhere relaxes its correction a little
+        # (by the same forgetting factor), so it is tried again once the others fill up.
+        for w in alive:
+            if w != best:
+                self.models[w].theta *= self.models[w].forgetting
+        predicted, base, hit, phi = estimates[best]
+        # A worker works through `slots` requests at once: a routed request adds its cost
+        # spread over them to the wait of those behind it.
+        cost = (base - self.load[best]) / self.service.slots
+        self.load[best] += cost
+        self._in_flight[request.rid] = (best, _InFlight(cost, now, base, phi))
+        self.indexes[best].insert(request.request)
+        return best
+
+    def on_complete(self, worker, request, now, latency):
+        self._completed += 1
+        self._mean_output += (request.output_tokens - self._mean_output) / self._completed
+        flight = self._release(worker, request, now)
+        if flight is not None and self.learn:
+            self.models[worker].update(flight.phi, latency - flight.base_estimate)
+
+    def on_failed(self, worker, request, now):
+        self._release(worker, request, now)
+
+    def _release(self, worker: int, request: RoutedRequest, now: float) -> _InFlight | None:
+        """Take back what is left of the request's share of the worker's load."""
+        routed = self._in_flight.pop(request.rid, None)
+        if routed is None:
+            return None
+        self._decay_to(now)
+        _, flight = routed
+        residual = flight.cost * math.exp(-self.decay_rate * (now - flight.routed_at))
+        self.load[worker] = max(0.0, self.load[worker] - residual)
+        return flight
+
+
+ROUTERS = {
+    "random": RandomRouter,
+    "round_robin": RoundRobinRouter,
+    "cache_aware": CacheAwareRouter,
+    "lbgr": LBGRRouter,
+}
+
+
+def make_router(name: str, workers: int, seed: int = 0, service: ServiceModel | None = None,
+                **params) -> Router:
+    if name not in ROUTERS:
+        raise LcrInputError(f"unknown router {name!r}; valid: {', '.join(ROUTERS)}")
+    if name == "lbgr":
+        return LBGRRouter(workers, seed, service=service, **params)
+    try:
+        return ROUTERS[name](workers, seed, **params)
+    except TypeError as err:
+        raise LcrInputError(f"router {name}: {err}") from None

@@ -1,0 +1,154 @@
+"""Discrete-event simulation of a serving cluster: arrivals -> router -> workers.
+
+Each worker owns an lcr radix cache (``lcr.kv.tree.RadixTree``) under any KV policy and
+serves up to ``ServiceModel.slots`` requests at once, first come first served. A request's
+cache hit is decided when it starts (its prefix is matched and its new blocks inserted
+then), its prefill costs what the hit leaves uncached, and its first token comes after the
+queueing delay plus prefill. The router only learns of completions, as a real one does.
+"""
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from lcr.errors import LcrInputError
+from lcr.kv.predictors import make_path_predictor
+from lcr.kv.requests import BlockWorkload
+from lcr.kv.sim import PREDICTIVE, make_policy
+from lcr.kv.tree import RadixTree
+from lcr.route.routers import Router
+from lcr.route.service import ServiceModel
+from lcr.route.workload import RoutedRequest
+
+
+@dataclass
+class RouteResult:
+    router: str
+    policy: str
+    workers: int
+    cache_tokens: int
+    requests: int
+    prompt_tokens: int
+    hit_tokens: int
+    ttft_p50: float
+    ttft_p95: float
+    latency_p50: float
+    latency_p95: float
+    throughput: float                     # completed requests per second of makespan
+    per_worker_requests: list[int] = field(default_factory=list)
+    per_worker_busy: list[float] = field(default_factory=list)  # fraction of slot-time busy
+
+    @property
+    def hit_rate(self) -> float:
+        return self.hit_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
+    def as_dict(self) -> dict:
+        from dataclasses import asdict
+        return {**asdict(self), "hit_rate": self.hit_rate}
+
+
+class _Worker:
+    def __init__(self, tree: RadixTree, service: ServiceModel):
+        self.tree = tree
+        self.service = service
+        self.free_slots = service.slots
+        self.queue: deque[RoutedRequest] = deque()
+        self.outstanding = 0
+        self.served = 0
+        self.busy = 0.0
+
+
+def simulate(requests: Sequence[RoutedRequest], router: Router, *, policy: str = "lru",
+             cache_tokens: int, service: ServiceModel | Sequence[ServiceModel] | None = None,
+             predictor: str = "lightgbm", seed: int = 0) -> RouteResult:
+    """Serve ``requests`` (in arrival order) on ``router.workers`` workers."""
+    if cache_tokens < 1:
+        raise LcrInputError(f"cache size must be at least 1 token per worker, got {cache_tokens}")
+    n = router.workers
+    services = _per_worker(service, n)
+    workload = BlockWorkload([r.request for r in requests], "routed")
+    workers = []
+    for w in range(n):
+        pred = make_path_predictor(predictor, workload, 0.0, seed + w) if policy in PREDICTIVE else None
+        workers.append(_Worker(RadixTree(cache_tokens, make_policy(policy, workload, predictor=pred,
+                                                                     seed=seed + w)), services[w]))
+
+    # (time, kind, sequence, worker or -1, request index): at equal times completions
+    # (kind 0) come before arrivals (kind 1), so a freed slot is seen by the next arrival.
+    events: list[tuple[float, int, int, int, int]] = []
+    for i, r in enumerate(requests):
+        heapq.heappush(events, (r.arrival, 1, i, -1, i))
+    ttft = np.zeros(len(requests))
+    latency = np.zeros(len(requests))
+    hits = 0
+    started = 0
+    finish_order = 0
+    last_finish = 0.0
+
+    def start_ready(w: int, now: float) -> None:
+        nonlocal hits, started, finish_order
+        worker = workers[w]
+        while worker.free_slots and worker.queue:
+            r = worker.queue.popleft()
+            # The trees and their policies count time in served requests.
+            hit = worker.tree.serve(r.request, started)
+            started += 1
+            hits += hit
+            prefill = worker.service.prefill(hit, r.prompt_tokens - hit)
+            service_time = prefill + worker.service.decode(r.output_tokens)
+            ttft[r.rid] = now - r.arrival + prefill
+            worker.free_slots -= 1
+            worker.busy += service_time
+            worker.served += 1
+            heapq.heappush(events, (now + service_time, 0, finish_order, w, r.rid))
+            finish_order += 1
+
+    while events:
+        now, _, _, w, i = heapq.heappop(events)
+        r = requests[i]
+        if w < 0:
+            target = router.route(r, now, [x.outstanding for x in workers])
+            if not 0 <= target < n:
+                raise RuntimeError(f"router {router.name} chose worker {target} of {n}")
+            workers[target].queue.append(r)
+            workers[target].outstanding += 1
+            start_ready(target, now)
+        else:
+            worker = workers[w]
+            worker.free_slots += 1
+            worker.outstanding -= 1
+            latency[i] = now - r.arrival
+            last_finish = max(last_finish, now)
+            router.on_complete(w, r, now, latency[i])
+            start_ready(w, now)
+
+    makespan = last_finish - (requests[0].arrival if requests else 0.0)
+    return RouteResult(
+        router=router.name, policy=policy, workers=n, cache_tokens=cache_tokens,
+        requests=len(requests), prompt_tokens=sum(r.prompt_tokens for r in requests),
+        hit_tokens=hits,
+        ttft_p50=_pct(ttft, 50), ttft_p95=_pct(ttft, 95),
+        latency_p50=_pct(latency, 50), latency_p95=_pct(latency, 95),
+        throughput=len(requests) / makespan if makespan > 0 else float("nan"),
+        per_worker_requests=[x.served for x in workers],
+        per_worker_busy=[x.busy / (x.service.slots * makespan) if makespan > 0 else 0.0
+                         for x in workers])
+
+
+def _per_worker(service, n: int) -> list[ServiceModel]:
+    if service is None:
+        return [ServiceModel()] * n
+    if isinstance(service, ServiceModel):
+        return [service] * n
+    services = list(service)
+    if len(services) != n:
+        raise LcrInputError(f"{len(services)} service models for {n} workers")
+    return services
+
+
+def _pct(values: np.ndarray, q: float) -> float:
+    return float(np.percentile(values, q)) if len(values) else float("nan")

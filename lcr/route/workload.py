@@ -1,0 +1,118 @@
+"""Routed workloads: prefix-block requests with arrival times and output lengths.
+
+A router sees a request's prefix blocks (path ids, as in ``lcr.kv.requests``), its
+prompt length and nothing of its output but a running mean. Arrivals come from a
+Poisson process or from the Azure LLM inference trace's timestamps.
+"""
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import numpy as np
+
+from lcr.errors import LcrInputError
+from lcr.kv.requests import BlockRequest, build_workload
+
+
+@dataclass(frozen=True)
+class RoutedRequest:
+    rid: int
+    arrival: float            # seconds
+    request: BlockRequest     # prefix blocks: path ids and tokens
+    output_tokens: int
+
+    @property
+    def prompt_tokens(self) -> int:
+        return self.request.total_tokens
+
+
+def shared_prefix(groups: int = 128, prompts: int = 32, prompt_tokens: int = 1024,
+                  prefix_ratio: float = 0.5, output_tokens: int = 128, block_tokens: int = 64,
+                  order: str = "shuffled", seed: int = 0) -> list[tuple[BlockRequest, int]]:
+    """SGLang's generated-shared-prefix workload: ``groups`` system prompts, each followed by
+    ``prompts`` distinct questions; ``prefix_ratio`` of every prompt is its group's prefix.
+    ``order`` is ``shuffled`` (groups interleaved at random) or ``grouped``."""
+    if groups < 1 or prompts < 1 or prompt_tokens < 1 or block_tokens < 1 or output_tokens < 0:
+        raise LcrInputError("shared_prefix: groups, prompts, prompt_tokens and block_tokens must "
+                            "be >= 1 and output_tokens >= 0")
+    if not 0 <= prefix_ratio <= 1:
+        raise LcrInputError(f"shared_prefix: prefix_ratio must be in [0, 1], got {prefix_ratio:g}")
+    if order not in ("shuffled", "grouped"):
+        raise LcrInputError(f"shared_prefix: order must be shuffled or grouped, got {order!r}")
+    prefix = _split(round(prompt_tokens * prefix_ratio), block_tokens)
+    suffix = _split(prompt_tokens - sum(prefix), block_tokens)
+    next_path = 0
+    out = []
+    for _ in range(groups):
+        shared = tuple(range(next_path, next_path + len(prefix)))
+        next_path += len(prefix)
+        for _ in range(prompts):
+            own = tuple(range(next_path, next_path + len(suffix)))
+            next_path += len(suffix)
+            out.append((BlockRequest(shared + own, tuple(prefix + suffix)), output_tokens))
+    if order == "shuffled":
+        perm = np.random.default_rng(seed).permutation(len(out))
+        out = [out[i] for i in perm]
+    return out
+
+
+def _split(tokens: int, block_tokens: int) -> list[int]:
+    full, rest = divmod(tokens, block_tokens)
+    return [block_tokens] * full + ([rest] if rest else [])
+
+
+def from_trace(trace, block_tokens: int, default_output: int = 256) -> list[tuple[BlockRequest, int]]:
+    """A prefix-block trace (Mooncake JSONL, online_qa, aibrix) with its output lengths."""
+    workload = build_workload(trace, block_tokens)
+    outputs = trace.meta.get("output_lengths") or []
+    return [(r, int(outputs[i]) if i < len(outputs) else default_output)
+            for i, r in enumerate(workload.requests)]
+
+
+def poisson_arrivals(count: int, rate: float, seed: int = 0) -> np.ndarray:
+    if not (math.isfinite(rate) and rate > 0):
+        raise LcrInputError(f"arrival rate must be a positive number of requests/s, got {rate!r}")
+    return np.cumsum(np.random.default_rng(seed + 7919).exponential(1.0 / rate, count))
+
+
+def azure_arrivals(path: str | Path, count: int, rate: float | None = None) -> np.ndarray:
+    """Arrival times (s, from 0) of the Azure LLM inference trace (``TIMESTAMP`` column),
+    repeated end to end when ``count`` exceeds its rows; rescaled to a mean ``rate`` if given."""
+    path = Path(path)
+    stamps = []
+    try:
+        with path.open(newline="") as f:
+            reader = csv.DictReader(f)
+            if not reader.fieldnames or "TIMESTAMP" not in reader.fieldnames:
+                raise LcrInputError("no TIMESTAMP column (expected the Azure LLM inference trace)",
+                                    source=str(path))
+            for number, row in enumerate(reader, start=2):
+                try:
+                    stamps.append(datetime.fromisoformat(row["TIMESTAMP"][:26]).timestamp())
+                except (TypeError, ValueError):
+                    raise LcrInputError(f"field 'TIMESTAMP': not a timestamp: {row['TIMESTAMP']!r}",
+                                        source=str(path), line=number) from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise LcrInputError(f"cannot read arrivals: {err}", source=str(path)) from None
+    if len(stamps) < 2:
+        raise LcrInputError("needs at least two timestamps", source=str(path))
+    gaps = np.diff(np.sort(np.array(stamps)))
+    mean_gap = float(gaps.mean()) if gaps.mean() > 0 else 1.0
+    # Past the trace's end, start it again one mean gap later.
+    cycle = np.concatenate([gaps, [mean_gap]])
+    repeated = np.tile(cycle, -(-max(count - 1, 1) // len(cycle)))[:max(count - 1, 0)]
+    arrivals = np.concatenate([[0.0], np.cumsum(repeated)])[:count]
+    if rate is not None:
+        if not (math.isfinite(rate) and rate > 0):
+            raise LcrInputError(f"arrival rate must be positive, got {rate!r}")
+        arrivals = arrivals * (1.0 / rate) / mean_gap
+    return arrivals
+
+
+def with_arrivals(requests: list[tuple[BlockRequest, int]], arrivals: np.ndarray) -> list[RoutedRequest]:
+    return [RoutedRequest(i, float(t), r, out)
+            for i, ((r, out), t) in enumerate(zip(requests, arrivals))]

@@ -1,0 +1,276 @@
+"""Routing across serving workers: each router's rule, LBGR's learning, the cluster simulator."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from lcr.kv.policies import LRU
+from lcr.kv.requests import BlockRequest
+from lcr.kv.tree import RadixTree
+from lcr.route.prefix_index import ApproxPrefixIndex
+from lcr.route.rls import RecursiveLeastSquares
+from lcr.route.routers import ROUTERS, CacheAwareRouter, LBGRRouter, make_router
+from lcr.route.service import ServiceModel
+from lcr.route.sim import simulate
+from lcr.route.workload import (RoutedRequest, azure_arrivals, poisson_arrivals, shared_prefix,
+                                with_arrivals)
+
+from conftest import data_file
+
+
+def req(rid, paths, tokens=100, out=10, t=0.0):
+    return RoutedRequest(rid, t, BlockRequest(tuple(paths), (tokens,) * len(paths)), out)
+
+
+# --- the approximate index --------------------------------------------------------------
+
+def test_prefix_index_matches_the_longest_routed_chain_and_forgets_oldest_first():
+    index = ApproxPrefixIndex(max_tokens=300)
+    index.insert(BlockRequest((1, 2, 3), (100, 100, 100)))
+    assert index.match(BlockRequest((1, 2, 9), (100, 100, 100))) == 200
+    assert index.match(BlockRequest((2, 3), (100, 100))) == 200  # chains are path ids already
+    index.insert(BlockRequest((1, 4), (100, 100)))   # touches 1, adds 4: 2 is now the oldest
+    assert index.tokens == 300
+    assert index.match(BlockRequest((1, 2), (100, 100))) == 100
+
+
+# --- cache_aware: SGLang router's rule ----------------------------------------------------
+
+def test_cache_aware_goes_to_the_best_match_above_the_threshold():
+    router = CacheAwareRouter(3, cache_threshold=0.3)
+    router.indexes[2].insert(BlockRequest((1, 2), (100, 100)))
+    # 2 of 5 blocks matched = 0.4 > 0.3.
+    assert router.route(req(0, [1, 2, 3, 4, 5]), 0.0, [0, 0, 0]) == 2
+
+
+def test_cache_aware_below_the_threshold_goes_to_the_smallest_index():
+    router = CacheAwareRouter(3, cache_threshold=0.5)
+    router.indexes[0].insert(BlockRequest((7, 8, 9), (100,) * 3))
+    router.indexes[1].insert(BlockRequest((1,), (100,)))
+    router.indexes[2].insert(BlockRequest((5, 6), (100, 100)))
+    # Best match is worker 1 at 1/4 = 0.25 <= 0.5: the smallest index (worker 1, 100 tokens) wins
+    # by size, not by match; make the best match a larger index to tell the two rules apart.
+    router.indexes[1].insert(BlockRequest((11, 12, 13, 14), (100,) * 4))
+    assert router.route(req(0, [1, 20, 21, 22]), 0.0, [0, 0, 0]) == 2
+
+
+def test_cache_aware_balances_only_past_both_thresholds():
+    router = CacheAwareRouter(2, balance_abs=64, balance_rel=1.5)
+    router.indexes[0].insert(BlockRequest((1, 2), (100, 100)))
+    request = req(0, [1, 2])
+    # abs difference 64 is not > 64: still cache-first.
+    assert router.route(request, 0.0, [100, 36]) == 0
+    # 65 > 64 and 100 > 1.5 * 35: the least loaded worker.
+    assert router.route(req(1, [1, 2]), 0.0, [100, 35]) == 1
+    # abs met but not rel (200 <= 1.5 * 135).
+    assert router.route(req(2, [1, 2]), 0.0, [200, 135]) == 0
+
+
+# --- LBGR ---------------------------------------------------------------------------------
+
+def test_rls_recovers_planted_coefficients():
+    rng = np.random.default_rng(0)
+    truth = np.array([0.8, -0.3, 2.0])
+    model = RecursiveLeastSquares(3, forgetting=0.992)
+    for _ in range(2000):
+        phi = rng.uniform(0, 1, 3)
+        model.update(phi, float(truth @ phi + rng.normal(0, 0.01)))
+    assert np.allclose(model.theta, truth, atol=0.05)
+
+
+def test_rls_tracks_a_change_through_forgetting():
+    rng = np.random.default_rng(1)
+    model = RecursiveLeastSquares(1, forgetting=0.95)
+    for truth in (1.0, 3.0):
+        for _ in range(300):
+            model.update(np.array([1.0]), truth + rng.normal(0, 0.01))
+    assert model.theta[0] == pytest.approx(3.0, abs=0.05)
+
+
+@pytest.mark.parametrize("features", ["intercept", "paper"])
+def test_lbgr_learns_a_planted_per_worker_slowdown_and_routes_around_it(features):
+    """Worker 1 runs 3x slower than the service model LBGR was given: its residual model must
+    learn a larger correction than worker 0's, route it less work, and cut the latency tail."""
+    base = ServiceModel(miss_s_per_token=2e-4, hit_s_per_token=1e-5, decode_s_per_token=0.01, slots=4)
+    slow = ServiceModel(6e-4, 3e-5, 0.03, 4)
+    pairs = shared_prefix(groups=64, prompts=8, prompt_tokens=512, output_tokens=32, seed=3)
+    requests = with_arrivals(pairs, poisson_arrivals(len(pairs), 8.0, seed=3))
+    learned = LBGRRouter(2, service=base, features=features)
+    out = simulate(requests, learned, cache_tokens=8192, service=[base, slow])
+    blind = simulate(requests, LBGRRouter(2, service=base, features=features, learn=False),
+                     cache_tokens=8192, service=[base, slow])
+    probe = learned.phi(0, 512, 0.0)
+    assert learned.models[1].predict(probe) > learned.models[0].predict(probe) + 0.05
+    assert out.per_worker_requests[1] < 0.5 * blind.per_worker_requests[1]
+    assert out.latency_p95 < 0.8 * blind.latency_p95
+
+
+def test_lbgr_prefers_the_worker_holding_the_prefix_when_loads_are_equal():
+    router = LBGRRouter(3, service=ServiceModel(), learn=False)
+    router.indexes[1].insert(BlockRequest((1, 2, 3), (500,) * 3))
+    assert router.route(req(0, [1, 2, 3, 4], tokens=500), 0.0, [0, 0, 0]) == 1
+
+
+def test_lbgr_load_grows_by_the_routed_cost_decays_and_is_released_on_completion():
+    service = ServiceModel(miss_s_per_token=1e-3, hit_s_per_token=0.0, decode_s_per_token=0.0, slots=1)
+    router = LBGRRouter(2, service=service, learn=False, decay=0.5, decay_interval=1.0)
+    r = req(0, [1], tokens=1000)
+    first = router.route(r, 0.0, [0, 0])
+    assert router.load[first] == pytest.approx(1.0)           # 1000 tokens x 1 ms / 1 slot
+    # The second request goes to the idle worker: the first's load is now 1.0.
+    assert router.route(req(1, [2], tokens=1000), 0.0, [1, 0]) == 1 - first
+    router._decay_to(1.0)
+    assert router.load[first] == pytest.approx(0.5)            # one interval at 0.5
+    router.on_complete(first, r, 1.0, 1.0)
+    assert router.load[first] == pytest.approx(0.0)            # its residual share released
+
+
+def test_lbgr_spreads_a_requests_cost_over_the_workers_slots():
+    service = ServiceModel(miss_s_per_token=1e-3, hit_s_per_token=0.0, decode_s_per_token=0.0, slots=4)
+    router = LBGRRouter(1, service=service, learn=False)
+    router.route(req(0, [1], tokens=1000), 0.0, [0])
+    assert router.load[0] == pytest.approx(0.25)
+
+
+def test_lbgr_feature_sets():
+    router = LBGRRouter(1, features="paper+intercept")
+    assert router.phi(100, 200, 0.5).shape == (4,)
+    assert LBGRRouter(1, features="intercept").phi(1, 2, 3).tolist() == [1.0]
+    with pytest.raises(ValueError):
+        LBGRRouter(1, features="bogus")
+
+
+@pytest.mark.parametrize("name", sorted(ROUTERS))
+def test_no_router_sends_work_to_a_removed_worker(name):
+    router = make_router(name, 3, seed=1)
+    router.remove_worker(1)
+    for i in range(60):
+        assert router.route(req(i, [i % 5, 100 + i]), float(i), [i % 4, 0, 3]) != 1
+
+
+# --- the simulator --------------------------------------------------------------------------
+
+def test_one_worker_one_slot_queues_in_order_with_exact_times():
+    service = ServiceModel(miss_s_per_token=0.01, hit_s_per_token=0.001, decode_s_per_token=0.1, slots=1)
+    requests = [RoutedRequest(0, 0.0, BlockRequest((0, 1), (10, 10)), 5),
+                RoutedRequest(1, 0.5, BlockRequest((0, 2), (10, 10)), 5)]
+    out = simulate(requests, make_router("round_robin", 1), cache_tokens=100, service=service)
+    # First: prefill 20 x 0.01 = 0.2, decode 0.5 -> done at 0.7. Second waits until 0.7, hits 10
+    # tokens: prefill 10 x 0.001 + 10 x 0.01 = 0.11, TTFT 0.2 + 0.11, done at 1.31.
+    assert out.hit_tokens == 10
+    assert sorted([out.ttft_p50 * 2 - 0.2]) == pytest.approx([0.31])  # median of {0.2, 0.31}
+    assert out.latency_p95 == pytest.approx(0.7 + 0.95 * (0.81 - 0.7))
+    assert out.throughput == pytest.approx(2 / 1.31)
+
+
+def test_a_completion_frees_its_worker_before_a_simultaneous_arrival_is_routed():
+    seen = []
+
+    class Recorder(CacheAwareRouter):
+        def route(self, request, now, outstanding):
+            seen.append(list(outstanding))
+            return super().route(request, now, outstanding)
+
+    service = ServiceModel(miss_s_per_token=0.01, hit_s_per_token=0.0, decode_s_per_token=0.0, slots=1)
+    requests = [RoutedRequest(0, 0.0, BlockRequest((0,), (100,)), 0),   # done at exactly 1.0
+                RoutedRequest(1, 1.0, BlockRequest((1,), (100,)), 0)]
+    simulate(requests, Recorder(1), cache_tokens=1000, service=service)
+    assert seen == [[0], [0]]
+
+
+def test_with_one_worker_every_router_serves_what_the_radix_tree_serves():
+    pairs = shared_prefix(groups=8, prompts=6, prompt_tokens=512, seed=5)
+    requests = with_arrivals(pairs, poisson_arrivals(len(pairs), 5.0, seed=5))
+    tree = RadixTree(2048, LRU())
+    expected = sum(tree.serve(r.request, t) for t, r in enumerate(requests))
+    for name in ROUTERS:
+        out = simulate(requests, make_router(name, 1), cache_tokens=2048,
+                       service=ServiceModel(slots=1))
+        assert out.hit_tokens == expected, name
+
+
+def test_cache_aware_keeps_groups_together_better_than_round_robin():
+    pairs = shared_prefix(groups=16, prompts=16, prompt_tokens=1024, seed=0)
+    requests = with_arrivals(pairs, poisson_arrivals(len(pairs), 4.0, seed=0))
+    rr = simulate(requests, make_router("round_robin", 4), cache_tokens=8192)
+    ca = simulate(requests, make_router("cache_aware", 4), cache_tokens=8192)
+    assert sum(rr.per_worker_requests) == sum(ca.per_worker_requests) == len(requests)
+    assert ca.hit_rate > rr.hit_rate + 0.1
+
+
+def test_shared_prefix_workload_shape():
+    pairs = shared_prefix(groups=4, prompts=3, prompt_tokens=300, prefix_ratio=0.5, block_tokens=64)
+    assert len(pairs) == 12
+    first = {r.paths[:3] for r, _ in pairs}
+    assert len(first) == 4                         # one shared 150-token prefix (3 blocks) per group
+    assert all(r.total_tokens == 300 for r, _ in pairs)
+    assert len({r.paths[-1] for r, _ in pairs}) == 12
+
+
+def test_azure_arrivals_follow_the_trace_and_rescale():
+    path = data_file("serving/AzureLLMInferenceTrace_conv.csv")
+    raw = azure_arrivals(path, 500)
+    assert raw[0] == 0 and np.all(np.diff(raw) >= 0)
+    scaled = azure_arrivals(path, 30_000, rate=10.0)   # more than the trace: repeated
+    assert len(scaled) == 30_000 and np.all(np.diff(scaled) >= 0)
+    assert 30_000 / scaled[-1] == pytest.approx(10.0, rel=0.05)
+
+
+def test_sim_route_cli_runs_and_rejects_bad_input(tmp_path):
+    def lcr(*args):
+        return subprocess.run([sys.executable, "-m", "lcr", "sim-route", *args],
+                              capture_output=True, text=True, timeout=120)
+
+    ok = lcr("gsp:groups=4,prompts=4", "--workers", "2", "--routers", "cache_aware,lbgr:features=intercept",
+             "--json", str(tmp_path / "r.json"))
+    assert ok.returncode == 0, ok.stderr
+    assert "cache_aware" in ok.stdout and (tmp_path / "r.json").exists()
+    for bad in (["gsp:groups=0"], ["gsp", "--workers", "0"], ["gsp", "--routers", "nope"],
+                ["gsp", "--arrivals", "poisson:rate=-1"], ["gsp", "--policies", "opt"],
+                ["gsp", "--routers", "lbgr:features=x"], ["gsp", "--slots", "0"]):
+        out = lcr(*bad)
+        assert out.returncode == 2, (bad, out.stderr)
+        assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
+
+
+def test_proxy_answers_503_when_no_worker_is_reachable_and_takes_them_out():
+    import asyncio
+    import json
+    import socket
+
+    from lcr.route.serve import RoutingProxy
+
+    ports = []
+    for _ in range(2):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            ports.append(s.getsockname()[1])      # closed again: connections are refused
+    proxy = RoutingProxy([f"http://127.0.0.1:{p}" for p in ports], make_router("round_robin", 2))
+
+    async def run():
+        try:
+            return await proxy.forward("/generate", json.dumps({"input_ids": [1, 2, 3]}).encode())
+        finally:
+            await proxy.client.aclose()
+
+    status, _ = asyncio.run(run())
+    metrics = proxy.metrics()
+    assert status == 503 and metrics["lost"] == 1 and metrics["retries"] == 1
+    assert [w["alive"] for w in metrics["workers"]] == [False, False]
+    assert proxy.outstanding == [0, 0]
+
+
+def test_prompt_blocks_share_ids_exactly_along_a_shared_prefix():
+    from lcr.route.serve import prompt_blocks
+
+    a = prompt_blocks({"input_ids": list(range(200))}, block_tokens=64)
+    b = prompt_blocks({"input_ids": list(range(128)) + [9] * 72}, block_tokens=64)
+    assert a.tokens == (64, 64, 64, 8)
+    assert a.paths[:2] == b.paths[:2] and a.paths[2] != b.paths[2]
+    text = prompt_blocks({"text": "x" * 300}, block_tokens=64)  # 256 characters per block
+    assert text.tokens == (64, 11)
+    with pytest.raises(ValueError):
+        prompt_blocks({"input_ids": [[1, 2]]})
