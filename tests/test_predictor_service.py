@@ -198,7 +198,7 @@ def wait_observed(server, count, timeout=60.0):
     model = server.app.state.predictor
     deadline = time.monotonic() + timeout
     while model.metrics["observed"] < count:
-        assert time.monotonic() < deadline, f"model saw {model.metrics['observed']} of {count}"
+        assert time.monotonic() < deadline, f"model saw {model.metrics['observed']} of {count}; {get_json(server.url + '/metrics')}"
         time.sleep(0.01)
 
 

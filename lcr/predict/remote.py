@@ -1,6 +1,6 @@
 """RemotePredictor: the Predictor interface over one or more ``lcr serve-predictor`` replicas.
 
-- Observations are buffered and sent in batches by a background thread (at least every
+- Observations are buffered and sent in batches (of at most 65,536) by a background thread (at least every
   ``flush_interval_s``, at once when ``flush_every`` are waiting) and before each
   prediction, so the access path never waits for the network. At most ``max_buffered``
   wait; beyond that the oldest are dropped and counted, as are batches no replica took.
@@ -39,6 +39,7 @@ from lcr.predict.wire import CONTENT_TYPE, decode_predictions, encode_int64, enc
 log = logging.getLogger(__name__)
 
 VIRTUAL_NODES = 64
+MAX_OBSERVATIONS_PER_REQUEST = 1 << 16  # 1 MiB bodies, far below the service's limit
 
 
 class ServiceUnavailable(Exception):
@@ -117,7 +118,8 @@ class RemotePredictor(Predictor):
         self.name = f"remote({self.url})"
         self.deadline_s, self.flush_every, self.retry_after_s = deadline_s, flush_every, retry_after_s
         self.observe_deadline_s = observe_deadline_s
-        self.max_buffered = max_buffered if max_buffered is not None else 16 * flush_every
+        # Room for bursts the background flusher has not caught up with yet.
+        self.max_buffered = max_buffered if max_buffered is not None else max(16 * flush_every, 1 << 18)
         if self.max_buffered < flush_every:
             raise LcrInputError(f"max_buffered ({self.max_buffered}) must be at least flush_every ({flush_every})")
         self._headers = {"Content-Type": CONTENT_TYPE}
@@ -188,16 +190,20 @@ class RemotePredictor(Predictor):
         owners = self.ring.owners_of(keys, self._live())
         dropped = int(np.count_nonzero(owners < 0))
         for index in np.unique(owners[owners >= 0]).tolist():
-            mine = owners == index
-            try:
-                self._post(index, "/observe", encode_observations(keys[mine], times[mine]), deadline)
-                self._count("sent_observations", int(mine.sum()))
-            except ServiceBusy as err:  # alive but full: keep them for the next flush
-                self._requeue(keys[mine], times[mine])
-                self._fall_back(index, err)
-            except ServiceUnavailable as err:
-                dropped += int(mine.sum())
-                self._fall_back(index, err)
+            mine = np.flatnonzero(owners == index)
+            for begin in range(0, len(mine), MAX_OBSERVATIONS_PER_REQUEST):
+                part = mine[begin:begin + MAX_OBSERVATIONS_PER_REQUEST]
+                try:
+                    self._post(index, "/observe", encode_observations(keys[part], times[part]), deadline)
+                    self._count("sent_observations", len(part))
+                except ServiceBusy as err:  # alive but full: keep them for the next flush
+                    self._requeue(keys[mine[begin:]], times[mine[begin:]])
+                    self._fall_back(index, err)
+                    break
+                except ServiceUnavailable as err:
+                    dropped += len(mine) - begin
+                    self._fall_back(index, err)
+                    break
         self._count("dropped_observations", dropped)
 
     def _requeue(self, keys: np.ndarray, times: np.ndarray) -> None:

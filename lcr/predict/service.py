@@ -124,10 +124,12 @@ class ModelHost:
 
     def observe(self, keys: np.ndarray, times: np.ndarray) -> dict:
         keys, times, clamped, rejected = self._order_times(keys, times)
-        self.model.observe_many(keys, times)
         limit = self.limits.max_keys
         keep = int(limit * (1 - self.limits.evict_fraction))
-        self.counters["keys_evicted"] += self.model.forget_least_recent(limit, keep)
+        step = max(limit - keep, 1)  # a large batch is capped as it goes, not only at its end
+        for begin in range(0, len(keys), step):
+            self.model.observe_many(keys[begin:begin + step], times[begin:begin + step])
+            self.counters["keys_evicted"] += self.model.forget_least_recent(limit, keep)
         return {"observed": len(keys), "clamped": clamped, "rejected": rejected}
 
     def _order_times(self, keys, times):
