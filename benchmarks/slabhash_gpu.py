@@ -126,6 +126,35 @@ def sls_on_hits(rows=1 << 20, dim=128, batch=2048, pooling=50, rounds=7, repeat=
                 device_copy_gb_per_s=2 * big.numel() / copy / 1e9)
 
 
+def profile():
+    """Where the time of one find (1M resident keys) and one SLS-on-hits batch goes."""
+    import torch
+    import lcr
+    from torch.profiler import ProfilerActivity, profile as torch_profile
+    from lcr.embedding.cache import SlabHashCache
+    generator = torch.Generator(device="cuda").manual_seed(1)
+    cache = SlabHashCache(SLOTS // 64, 8, policy="lru", device="cuda")
+    keys = fill(cache, SLOTS // 2, generator)
+    query = keys[torch.randint(0, keys.numel(), (BATCH,), device="cuda", generator=generator)]
+    table = torch.randn(1 << 16, 128)
+    small = lcr.SlabHashCache(2048, 128, device="cuda")
+    store = lcr.HostStore(table)
+    lcr.sls(small, store, torch.arange(1 << 16, device="cuda"), torch.tensor([0], device="cuda"))
+    indices = torch.randint(0, 1 << 16, (102400,), device="cuda")
+    offsets = torch.arange(0, 102400, 50, device="cuda")
+    for name, fn in (("find", lambda: cache.find(query)),
+                     ("sls", lambda: lcr.sls(small, store, indices, offsets))):
+        for _ in range(3):
+            fn()
+        torch.cuda.synchronize()
+        with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(5):
+                fn()
+            torch.cuda.synchronize()
+        print(f"== {name}")
+        print(prof.key_averages().table(sort_by="cpu_time_total", row_limit=25))
+
+
 def environment():
     import torch
 
@@ -143,11 +172,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="benchmarks/results/slabhash_gpu.json")
     parser.add_argument("--skip-table", action="store_true", help="only SLS on hits")
+    parser.add_argument("--profile", action="store_true", help="profile find and sls, then stop")
     args = parser.parse_args()
     from lcr.cuda import gpu_available
     if not gpu_available():  # raises when torch sees a GPU that lcr._cuda does not
         print("slabhash_gpu: no CUDA GPU here (or lcr was built without nvcc); nothing measured.")
         return 1
+    if args.profile:
+        profile()
+        return 0
     result = dict(environment=environment())
     print(json.dumps(result["environment"]), flush=True)
     result["sls_on_hits"] = sls_on_hits()

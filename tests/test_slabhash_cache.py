@@ -214,9 +214,9 @@ def gpu_vs_cpu(policy, batches, num_slabsets=64, device="cuda", seed=11):
 @pytest.mark.parametrize("policy", POLICIES)
 def test_cuda_engine_matches_cpu_engine_slot_by_slot(policy):
     rng = np.random.default_rng(11)
-    # 37 slabsets (not a power of two) for 50k keys: evictions and bypass in most batches.
+    # 7 slabsets (not a power of two) for 50k keys: evictions, and bypass on big batches.
     batches = zipf_batches(rng, count=40, keys=50_000, size_range=(1, 5000))
-    cpu = gpu_vs_cpu(policy, batches, num_slabsets=37)
+    cpu = gpu_vs_cpu(policy, batches, num_slabsets=7)
     assert cpu.bypassed > 0 and cpu.hits > 0
 
 

@@ -64,6 +64,7 @@ class BatchPlan:
     missing_first: np.ndarray    # int64 [M]: position of each missing key's first lookup
     miss_lookups: np.ndarray     # int64: positions of every lookup that missed, ascending
     miss_inverse: np.ndarray     # int64: for each of those, its index in missing_keys
+    overlapped: object = None    # what find's ``overlap`` returned
 
 
 @dataclass
@@ -183,6 +184,8 @@ class SlabHashCache:
         self._readback = torch.zeros(2, dtype=torch.int64, device=self.device)
         self._host_readback = torch.zeros(2 + 2 * READBACK_MISSES, dtype=torch.int64,
                                           pin_memory=self.engine.on_gpu)
+        self._host_view = self._host_readback.numpy()
+        self._copied = torch.cuda.Event() if self.engine.on_gpu else None
         self.readbacks = 0  # device-to-host reads of the miss list (one per batch, usually)
 
     @property
@@ -200,8 +203,13 @@ class SlabHashCache:
         return cls(max(1, -(-int(rows) // SLABSET_SLOTS)), dim, **kwargs)
 
     # -- the two steps of a batch ---------------------------------------------------------
-    def find(self, keys) -> BatchPlan:
-        """Locate every lookup and read the misses back to the host. Changes nothing."""
+    def find(self, keys, overlap=None) -> BatchPlan:
+        """Locate every lookup and read the misses back to the host. Changes nothing.
+
+        ``overlap(slot_of)``, when given, is called after the probe is queued and before
+        the read-back waits for it, so that its device work overlaps the wait; its result
+        is ``plan.overlapped`` (``slot_of`` is -1 for misses there).
+        """
         with self.lock:
             keys = self._keys_tensor(keys)
             n = keys.numel()
@@ -210,32 +218,36 @@ class SlabHashCache:
                 self._readback = torch.empty(2 + 2 * n, dtype=torch.int64, device=self.device)
             self._readback[:2].zero_()
             self.engine.probe(self._view, keys, slot_of, self._readback)
+            overlapped = overlap(slot_of) if overlap is not None else None
             misses = self._read_misses(n)
+            if not len(misses):  # all hits: nothing to sort out on the host
+                none = np.empty(0, dtype=np.int64)
+                return BatchPlan(keys, slot_of, torch.from_numpy(none), none, none, none,
+                                 overlapped)
             positions, miss_keys = misses[:, 0], misses[:, 1]
             order = np.argsort(positions)
             positions, miss_keys = positions[order], miss_keys[order]
             missing, first, inverse = _first_occurrences(miss_keys)
             return BatchPlan(keys, slot_of, torch.from_numpy(missing), positions[first],
-                             positions, inverse)
+                             positions, inverse, overlapped)
 
     def _read_misses(self, n: int) -> np.ndarray:
         """[misses, 2] (position, key) pairs from the probe's read-back buffer: one
         synchronisation on a GPU, two when more than READBACK_MISSES lookups missed."""
         head = 2 + 2 * min(n, READBACK_MISSES)
-        host = self._host_readback[:head]
-        host.copy_(self._readback[:head], non_blocking=True)
+        self._host_readback[:head].copy_(self._readback[:head], non_blocking=True)
         if self.engine.on_gpu:
-            done = torch.cuda.Event()
-            done.record(torch.cuda.current_stream(self.device))
-            done.synchronize()
+            self._copied.record(torch.cuda.current_stream(self.device))
+            self._copied.synchronize()
         self.readbacks += 1
+        host = self._host_view
         count, bad = int(host[0]), int(host[1])
         if bad:
             raise ValueError("keys must be non-negative row ids")
         if count > READBACK_MISSES:
-            host = self._readback[:2 + 2 * count].cpu()
+            host = self._readback[:2 + 2 * count].cpu().numpy()
             self.readbacks += 1
-        return host[2:2 + 2 * count].numpy().reshape(count, 2).copy()
+        return host[2:2 + 2 * count].reshape(count, 2).copy()
 
     def commit(self, plan: BatchPlan, miss_rows: torch.Tensor | None = None) -> CommitResult:
         """Refresh hits, insert misses and, given their rows ([M, dim], any device),

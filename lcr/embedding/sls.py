@@ -5,7 +5,8 @@ Stages (timed when ``timings`` is given, each closed by a device sync on CUDA):
   fetch   read the missing rows from the backing store
   insert  refresh hits, insert misses, write their rows into cache slots (and the rows
           of bypassed misses into scratch rows past them)
-  reduce  one ``embedding_bag`` over those rows
+  reduce  one ``embedding_bag`` over those rows (queued during ``query`` already, and
+          used as is when the batch had no miss)
 Then, when a ``predictor`` is given, the batch's keys get fresh predictions.
 A store failure raises before ``insert``, so the cache is left exactly as it was.
 """
@@ -64,15 +65,19 @@ def sls(cache: SlabHashCache, store, indices, offsets=None, *, lengths=None,
     host_indices = indices if indices.device.type == "cpu" else None
     with cache.lock:
         offsets = bag_offsets(offsets, lengths, include_last_offset, device)
+        def pool(slot_of):
+            return F.embedding_bag(slot_of.clamp(min=0), cache.rows, offsets, mode="sum")
         with _stage(timings, "query", device):
-            plan = cache.find(indices)
+            # The reduce is queued before find waits for its read-back: when every lookup
+            # hits (the common case) it is the answer, else it is redone after commit.
+            plan = cache.find(indices, overlap=pool)
         with _stage(timings, "fetch", device):
             missing = plan.missing_keys
             rows = store.fetch(missing) if missing.numel() else None
         with _stage(timings, "insert", device):
             cache.commit(plan, rows)
         with _stage(timings, "reduce", device):
-            out = F.embedding_bag(plan.slot_of, cache.rows, offsets, mode="sum")
+            out = plan.overlapped if rows is None else pool(plan.slot_of)
         if predictor is not None:
             lookups = host_indices if host_indices is not None else plan.indices.cpu()
             keys = np.unique(lookups.numpy())
