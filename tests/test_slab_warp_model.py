@@ -74,6 +74,16 @@ def test_zipf_batches_with_duplicates_overflow_and_big_keys(policy):
     assert int(cpu.meta.keys.max()) >= BIG
 
 
+def test_many_misses_take_the_device_path_with_the_same_decisions(monkeypatch):
+    import lcr.embedding.cache as cache_module
+    monkeypatch.setattr(cache_module, "READBACK_MISSES", 8)  # most batches exceed it
+    rng = np.random.default_rng(22)
+    batches = [b + BIG for b in zipf_batches(rng, count=8, keys=2000, size_range=(50, 400),
+                                             alpha=0.8)]
+    cpu = three_way("laru", 3, batches, seed=6)
+    assert cpu.readbacks > len(batches)  # the second read of the long miss lists happened
+
+
 @pytest.mark.parametrize("policy", POLICIES)
 def test_one_hot_slabset_under_adversarial_predictions(policy):
     # Every key in slabset 1 of 5: each miss evicts, LARU starts phases, and inverted

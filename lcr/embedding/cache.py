@@ -61,8 +61,9 @@ class BatchPlan:
     indices: torch.Tensor        # int64 [N] on the cache's device: the looked-up keys
     slot_of: torch.Tensor        # int64 [N]: slot serving each lookup, -1 for misses until commit
     missing_keys: torch.Tensor   # int64 [M] on the host, in order of first lookup
+    # The rest are numpy arrays, or tensors on the device when READBACK_MISSES are exceeded:
     missing_first: np.ndarray    # int64 [M]: position of each missing key's first lookup
-    miss_lookups: np.ndarray     # int64: positions of every lookup that missed, ascending
+    miss_lookups: np.ndarray     # int64: positions of every lookup that missed
     miss_inverse: np.ndarray     # int64: for each of those, its index in missing_keys
     overlapped: object = None    # what find's ``overlap`` returned
 
@@ -219,35 +220,46 @@ class SlabHashCache:
             self._readback[:2].zero_()
             self.engine.probe(self._view, keys, slot_of, self._readback)
             overlapped = overlap(slot_of) if overlap is not None else None
-            misses = self._read_misses(n)
-            if not len(misses):  # all hits: nothing to sort out on the host
-                none = np.empty(0, dtype=np.int64)
+            count = self._read_miss_count(n)
+            none = np.empty(0, dtype=np.int64)
+            if count == 0:  # all hits: nothing to sort out on the host
                 return BatchPlan(keys, slot_of, torch.from_numpy(none), none, none, none,
                                  overlapped)
-            positions, miss_keys = misses[:, 0], misses[:, 1]
-            order = np.argsort(positions)
-            positions, miss_keys = positions[order], miss_keys[order]
+            if count > READBACK_MISSES:  # many misses: sort them out on the device
+                return BatchPlan(keys, slot_of, *self._many_misses(count, n), overlapped)
+            misses = self._host_view[2:2 + 2 * count].reshape(count, 2)
+            order = np.argsort(misses[:, 0])
+            positions, miss_keys = misses[order, 0], misses[order, 1]
             missing, first, inverse = _first_occurrences(miss_keys)
             return BatchPlan(keys, slot_of, torch.from_numpy(missing), positions[first],
                              positions, inverse, overlapped)
 
-    def _read_misses(self, n: int) -> np.ndarray:
-        """[misses, 2] (position, key) pairs from the probe's read-back buffer: one
-        synchronisation on a GPU, two when more than READBACK_MISSES lookups missed."""
+    def _read_miss_count(self, n: int) -> int:
+        """Copy the probe's miss count and its first READBACK_MISSES entries to the host:
+        the batch's one synchronisation on a GPU."""
         head = 2 + 2 * min(n, READBACK_MISSES)
         self._host_readback[:head].copy_(self._readback[:head], non_blocking=True)
         if self.engine.on_gpu:
             self._copied.record(torch.cuda.current_stream(self.device))
             self._copied.synchronize()
         self.readbacks += 1
-        host = self._host_view
-        count, bad = int(host[0]), int(host[1])
-        if bad:
+        if self._host_view[1]:
             raise ValueError("keys must be non-negative row ids")
-        if count > READBACK_MISSES:
-            host = self._readback[:2 + 2 * count].cpu().numpy()
-            self.readbacks += 1
-        return host[2:2 + 2 * count].reshape(count, 2).copy()
+        return int(self._host_view[0])
+
+    def _many_misses(self, count: int, n: int):
+        """BatchPlan's miss fields computed with torch on the cache's device (first
+        occurrences by scatter-min of positions); only the missing keys come back."""
+        entries = self._readback[2:2 + 2 * count].view(count, 2)
+        positions, keys = entries[:, 0], entries[:, 1]
+        distinct, inverse = torch.unique(keys, return_inverse=True)
+        first = torch.full_like(distinct, n).scatter_reduce_(0, inverse, positions, reduce="amin")
+        first, order = torch.sort(first)
+        rank = torch.empty_like(order)
+        rank[order] = torch.arange(order.numel(), device=self.device)
+        missing = distinct[order].cpu()
+        self.readbacks += 1
+        return missing, first, positions.contiguous(), rank[inverse]
 
     def commit(self, plan: BatchPlan, miss_rows: torch.Tensor | None = None) -> CommitResult:
         """Refresh hits, insert misses and, given their rows ([M, dim], any device),
@@ -279,16 +291,28 @@ class SlabHashCache:
         """The missing keys grouped by slabset (batch order inside a group), on the device."""
         from lcr import _native
         keys = plan.missing_keys.numpy()
-        homes = _native.slabsets_of(keys, self.num_slabsets)
+        homes = _native.slabsets_of(keys, self.num_slabsets).astype(np.int64)
+        m = len(keys)
+        if isinstance(plan.missing_first, torch.Tensor):  # many misses: group on the device
+            homes = self._to_device(homes)
+            members = torch.sort(homes, stable=True)[1]
+            ordered = homes[members]
+            change = torch.ones(m, dtype=torch.bool, device=self.device)
+            change[1:] = ordered[1:] != ordered[:-1]
+            starts = torch.cat([torch.nonzero(change).flatten(),
+                                torch.tensor([m], device=self.device)])
+            arrays = (self._to_device(keys), plan.missing_first, members, starts)
+            return arrays, starts.numel() - 1
         members = np.argsort(homes, kind="stable")
         ordered = homes[members]
         starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
         packed = self._to_device(np.concatenate([keys, plan.missing_first, members, starts,
-                                                 [len(keys)]]).astype(np.int64))
-        m = len(keys)
+                                                 [m]]).astype(np.int64))
         return (packed[:m], packed[m:2 * m], packed[2 * m:3 * m], packed[3 * m:]), len(starts)
 
-    def _to_device(self, array: np.ndarray) -> torch.Tensor:
+    def _to_device(self, array) -> torch.Tensor:
+        if isinstance(array, torch.Tensor):
+            return array
         tensor = torch.from_numpy(np.ascontiguousarray(array, dtype=np.int64))
         if not self.engine.on_gpu:
             return tensor
@@ -312,7 +336,7 @@ class SlabHashCache:
             keys, first, _ = _first_occurrences(plan.indices.cpu().numpy())
             slots, evicted = found[first], np.full(len(keys), -1, dtype=np.int64)
             outcome = np.full(len(keys), HIT, dtype=np.int8)
-            missed = np.searchsorted(first, plan.missing_first)  # their rank among the keys
+            missed = np.searchsorted(first, torch.as_tensor(plan.missing_first).cpu().numpy())
             miss_slots = result.slots.cpu().numpy()
             slots[missed] = miss_slots
             evicted[missed] = result.evicted.cpu().numpy()
