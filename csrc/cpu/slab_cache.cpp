@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "common/slab_engine_py.h"
 #include "common/slab_kernels.h"
 #include "common/slab_table.h"
 #include "common/slab_table_py.h"
@@ -194,19 +195,7 @@ void slab_set_predictions(const py::tuple& view, uintptr_t keys_ptr, uintptr_t v
 }  // namespace
 
 void register_slab_cache(py::module_& m) {
-    m.def("slab_probe", &slab_probe, py::arg("table"), py::arg("keys"), py::arg("n"), py::arg("slot_of"),
-          py::arg("readback"), py::arg("stream"), py::arg("device"),
-          "Slot of each lookup (-1: miss, listed in the read-back buffer). Reads only.");
-    m.def("slab_refresh", &slab_refresh, py::arg("table"), py::arg("slot_of"), py::arg("n"), py::arg("clock"),
-          py::arg("hit_count"), py::arg("stream"), py::arg("device"),
-          "Stamp each hit key at its first lookup; count the distinct hits.");
-    m.def("slab_insert_groups", &slab_insert_groups, py::arg("table"), py::arg("keys"), py::arg("first"),
-          py::arg("members"), py::arg("starts"), py::arg("groups"), py::arg("clock"), py::arg("stamp_base"),
-          py::arg("slots"), py::arg("evicted"), py::arg("stream"), py::arg("device"),
-          "Insert the batch's distinct missing keys, slabset group by group, in batch order.");
-    m.def("slab_set_predictions", &slab_set_predictions, py::arg("table"), py::arg("keys"), py::arg("values"),
-          py::arg("n"), py::arg("stream"), py::arg("device"),
-          "Store predicted next-access times of cached keys (NaN: unknown).");
+    def_slab_engine(m, &slab_probe, &slab_refresh, &slab_insert_groups, &slab_set_predictions);
 }
 
 }  // namespace lcr

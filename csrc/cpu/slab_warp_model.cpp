@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "common/slab_engine_py.h"
 #include "common/slab_kernels.h"
 #include "common/slab_table_py.h"
 #include "cpu/registry.h"
@@ -98,15 +99,7 @@ void register_slab_warp_model(py::module_& m) {
     py::module_ sub = m.def_submodule("warp_model", "lcr._cuda's SlabHashCache kernels run on the host warp model");
     sub.def("set_seed", [](uint64_t seed) { schedules().seed(seed); }, py::arg("seed"),
             "Seed the random warp and lane schedules of the following launches.");
-    sub.def("slab_probe", &slab_probe, py::arg("table"), py::arg("keys"), py::arg("n"), py::arg("slot_of"),
-            py::arg("readback"), py::arg("stream"), py::arg("device"));
-    sub.def("slab_refresh", &slab_refresh, py::arg("table"), py::arg("slot_of"), py::arg("n"), py::arg("clock"),
-            py::arg("hit_count"), py::arg("stream"), py::arg("device"));
-    sub.def("slab_insert_groups", &slab_insert_groups, py::arg("table"), py::arg("keys"), py::arg("first"),
-            py::arg("members"), py::arg("starts"), py::arg("groups"), py::arg("clock"), py::arg("stamp_base"),
-            py::arg("slots"), py::arg("evicted"), py::arg("stream"), py::arg("device"));
-    sub.def("slab_set_predictions", &slab_set_predictions, py::arg("table"), py::arg("keys"), py::arg("values"),
-            py::arg("n"), py::arg("stream"), py::arg("device"));
+    def_slab_engine(sub, &slab_probe, &slab_refresh, &slab_insert_groups, &slab_set_predictions);
     sub.def("selftest", &selftest, py::arg("kind"), "Run deliberately broken warp code (the model must abort).");
 }
 

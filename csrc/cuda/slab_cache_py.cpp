@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "common/slab_engine_py.h"
 #include "common/slab_table_py.h"
 #include "cuda/kernels.h"
 #include "cuda/registry.h"
@@ -72,19 +73,7 @@ void slabsets_of_device(uintptr_t keys, int64_t n, uint32_t num_slabsets, uintpt
 }  // namespace
 
 void register_slab_cache(py::module_& m) {
-    m.def("slab_probe", &slab_probe, py::arg("table"), py::arg("keys"), py::arg("n"), py::arg("slot_of"),
-          py::arg("readback"), py::arg("stream"), py::arg("device"),
-          "One warp per lookup: its slot, or -1 and an entry in the read-back miss list. Reads only.");
-    m.def("slab_refresh", &slab_refresh, py::arg("table"), py::arg("slot_of"), py::arg("n"), py::arg("clock"),
-          py::arg("hit_count"), py::arg("stream"), py::arg("device"),
-          "Stamp each hit key at its first lookup; count the distinct hits.");
-    m.def("slab_insert_groups", &slab_insert_groups, py::arg("table"), py::arg("keys"), py::arg("first"),
-          py::arg("members"), py::arg("starts"), py::arg("groups"), py::arg("clock"), py::arg("stamp_base"),
-          py::arg("slots"), py::arg("evicted"), py::arg("stream"), py::arg("device"),
-          "One warp per slabset group: insert its missing keys in batch order.");
-    m.def("slab_set_predictions", &slab_set_predictions, py::arg("table"), py::arg("keys"), py::arg("values"),
-          py::arg("n"), py::arg("stream"), py::arg("device"),
-          "Store predicted next-access times of cached keys (distinct keys; NaN: unknown).");
+    def_slab_engine(m, &slab_probe, &slab_refresh, &slab_insert_groups, &slab_set_predictions);
     m.def("slabsets_of_device", &slabsets_of_device, py::arg("keys"), py::arg("n"), py::arg("num_slabsets"),
           py::arg("out"), py::arg("stream"), py::arg("device"), "int32 slabset of each key, device pointers.");
 }
