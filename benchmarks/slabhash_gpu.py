@@ -1,24 +1,35 @@
-"""SlabHashCache on a GPU: lookup throughput and SLS-on-hits against embedding_bag.
+"""SlabHashCache on a GPU: find and insert throughput, and SLS on hits against embedding_bag.
 
-    python benchmarks/slabhash_gpu.py [--out benchmarks/results/slabhash_gpu.json]
+    PYTHONPATH=$PWD python benchmarks/slabhash_gpu.py [--out benchmarks/results/slabhash_gpu.json]
 
-1. Lookup (find) throughput in keys/s for dim 8/32/128 and load factor 0.5/0.75/1.0, with
-   1M distinct resident keys per batch: the raw probe kernel, and find() with dedup.
-   For scale, HierarchicalKV publishes find rates of 2.47 B-KV/s (A100, dim 8) and up to
-   3.9 B-KV/s (H100 NVL).
-2. SLS latency when every row is cached, against embedding_bag on a fully resident table
-   (target: >= 0.8x its speed), beside the measured device-to-device copy bandwidth.
+1. HierarchicalKV's setup: random int64 keys, a table of 2^24 slots (its keys array alone,
+   128 MB, is well beyond the 50 MB L2 of an H100), load factor 0.5 / 0.75 / 1.0, value
+   dim 8 / 32 / 128, 1M keys per call, queried in random order:
+   - probe:  the probe kernel alone (slot of each key), keys/s;
+   - find:   cache.find (probe + the miss read-back) then the values gathered into a
+             [1M, dim] output, keys/s (HierarchicalKV's find also returns values);
+   - insert: 1M new keys into the table at that load (at 1.0 every one evicts): find +
+             commit with their rows, keys/s.
+   For scale, HierarchicalKV publishes find at 2.47 B-KV/s (A100, dim 8, load 0.5).
+2. lcr.sls when every row is cached vs embedding_bag on a resident table (target >= 0.9x),
+   interleaved rounds, median and spread.
+Fails (exit 1) without a GPU, and raises when torch sees one that lcr._cuda does not.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import statistics
+import subprocess
 import sys
 import time
 
+SLOTS = 1 << 24
+BATCH = 1 << 20
 
-def timed(fn, repeat=20):
+
+def timed(fn, repeat=10):
     import torch
     fn()
     torch.cuda.synchronize()
@@ -29,32 +40,61 @@ def timed(fn, repeat=20):
     return (time.perf_counter() - start) / repeat
 
 
-def lookup_throughput(dims=(8, 32, 128), loads=(0.5, 0.75, 1.0), batch=1 << 20):
+def random_keys(n, generator):
+    import torch
+    return torch.randint(0, 1 << 62, (n,), device="cuda", generator=generator)
+
+
+def fill(cache, count, generator):
+    """Insert ``count`` distinct random keys (in chunks of BATCH); return them."""
+    import torch
+    keys = random_keys(int(count * 1.02) + 16, generator).unique()
+    keys = keys[torch.randperm(keys.numel(), device="cuda", generator=generator)][:count]
+    for chunk in keys.split(BATCH):
+        cache.commit(cache.find(chunk))
+    return keys
+
+
+def table_throughput(dims=(8, 32, 128), loads=(0.5, 0.75, 1.0)):
     import torch
     from lcr.embedding.cache import SlabHashCache
+    generator = torch.Generator(device="cuda").manual_seed(0)
     rows = []
     for dim in dims:
         for load in loads:
-            # Enough slabsets that `batch` keys fill them to `load` on average.
-            cache = SlabHashCache(max(1, int(batch / load / 64)), dim, policy="lru", device="cuda")
-            keys = torch.randint(0, 1 << 40, (batch,), device="cuda").unique()
-            for chunk in keys.split(1 << 16):  # insert in moderate batches (bypass is rare)
-                cache.access(chunk)
+            cache = SlabHashCache(SLOTS // 64, dim, policy="lru", device="cuda")
+            fill(cache, int(load * SLOTS), generator)
             resident = cache.meta.keys[cache.meta.keys >= 0]
-            probe = resident[torch.randint(0, resident.numel(), (batch,), device="cuda")]
-            unique_probe = resident.clone()
-            slots = torch.empty_like(unique_probe)
-            raw = timed(lambda: cache.engine.find(cache._view, unique_probe, slots))
-            full = timed(lambda: cache.find(probe), repeat=5)
+            query = resident[torch.randint(0, resident.numel(), (BATCH,), device="cuda",
+                                           generator=generator)]
+            slot_of = torch.empty_like(query)
+            readback = torch.zeros(2 + 2 * BATCH, dtype=torch.int64, device="cuda")
+            probe = timed(lambda: cache.engine.probe(cache._view, query, slot_of, readback))
+
+            def find():
+                plan = cache.find(query)
+                return cache.rows.index_select(0, plan.slot_of)
+            found = timed(find)
+            assert cache.find(query).missing_keys.numel() == 0
+            new_keys = [random_keys(BATCH, generator) for _ in range(4)]
+            new_rows = torch.randn(BATCH, dim, device="cuda", generator=generator)
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            for keys in new_keys:
+                cache.commit(cache.find(keys), new_rows)
+            torch.cuda.synchronize()
+            insert = (time.perf_counter() - start) / len(new_keys)
             rows.append(dict(dim=dim, load_factor=round(resident.numel() / cache.capacity, 3),
-                             keys=int(unique_probe.numel()),
-                             probe_keys_per_s=unique_probe.numel() / raw,
-                             find_with_dedup_keys_per_s=probe.numel() / full))
-            print(rows[-1], flush=True)
+                             slots=cache.capacity, keys_per_call=BATCH,
+                             probe_keys_per_s=BATCH / probe, find_keys_per_s=BATCH / found,
+                             insert_keys_per_s=BATCH / insert))
+            print(json.dumps(rows[-1]), flush=True)
+            del cache
+            torch.cuda.empty_cache()
     return rows
 
 
-def sls_on_hits(rows=1 << 20, dim=128, batch=2048, pooling=50):
+def sls_on_hits(rows=1 << 20, dim=128, batch=2048, pooling=50, rounds=7, repeat=20):
     import torch
     import torch.nn.functional as F
     import lcr
@@ -62,34 +102,91 @@ def sls_on_hits(rows=1 << 20, dim=128, batch=2048, pooling=50):
     weight = table.cuda()
     store = lcr.HostStore(table)
     cache = lcr.SlabHashCache(rows // 64 * 2, dim, policy="lru", device="cuda")  # load 0.5
-    for chunk in torch.arange(rows).split(1 << 15):
-        lcr.sls(cache, store, chunk.cuda(), lengths=torch.tensor([chunk.numel()], device="cuda"))
+    for chunk in torch.arange(rows).split(1 << 18):
+        lcr.sls(cache, store, chunk.cuda(), torch.tensor([0], device="cuda"))
     indices = torch.randint(0, rows, (batch * pooling,), device="cuda")
     offsets = torch.arange(0, batch * pooling, pooling, device="cuda")
-    assert cache.find(indices).missing.numel() == 0
-    ours = timed(lambda: lcr.sls(cache, store, indices, offsets))
-    theirs = timed(lambda: F.embedding_bag(indices, weight, offsets, mode="sum"))
+    assert cache.find(indices).missing_keys.numel() == 0
     torch.testing.assert_close(lcr.sls(cache, store, indices, offsets),
                                F.embedding_bag(indices, weight, offsets, mode="sum"))
+    ours, theirs = [], []
+    for _ in range(rounds):  # interleaved, so drift hits both alike
+        ours.append(timed(lambda: lcr.sls(cache, store, indices, offsets), repeat))
+        theirs.append(timed(lambda: F.embedding_bag(indices, weight, offsets, mode="sum"), repeat))
+    ratios = [t / o for o, t in zip(ours, theirs)]
     big = torch.empty(1 << 28, dtype=torch.uint8, device="cuda")
     copy = timed(lambda: big.clone(), repeat=10)
-    return dict(batch=batch, pooling=pooling, dim=dim, sls_ms=1e3 * ours,
-                embedding_bag_ms=1e3 * theirs, speed_vs_embedding_bag=theirs / ours,
-                gathered_gb_per_s=batch * pooling * dim * 4 / ours / 1e9,
+    return dict(batch=batch, pooling=pooling, dim=dim, rows=rows, rounds=rounds, repeat=repeat,
+                sls_ms_median=1e3 * statistics.median(ours),
+                sls_ms_range=[1e3 * min(ours), 1e3 * max(ours)],
+                embedding_bag_ms_median=1e3 * statistics.median(theirs),
+                embedding_bag_ms_range=[1e3 * min(theirs), 1e3 * max(theirs)],
+                speed_vs_embedding_bag_median=statistics.median(ratios),
+                speed_vs_embedding_bag_range=[min(ratios), max(ratios)],
                 device_copy_gb_per_s=2 * big.numel() / copy / 1e9)
+
+
+def profile():
+    """Where the time of one find (1M resident keys) and one SLS-on-hits batch goes."""
+    import torch
+    import lcr
+    from torch.profiler import ProfilerActivity, profile as torch_profile
+    from lcr.embedding.cache import SlabHashCache
+    generator = torch.Generator(device="cuda").manual_seed(1)
+    cache = SlabHashCache(SLOTS // 64, 8, policy="lru", device="cuda")
+    keys = fill(cache, SLOTS // 2, generator)
+    query = keys[torch.randint(0, keys.numel(), (BATCH,), device="cuda", generator=generator)]
+    table = torch.randn(1 << 16, 128)
+    small = lcr.SlabHashCache(2048, 128, device="cuda")
+    store = lcr.HostStore(table)
+    lcr.sls(small, store, torch.arange(1 << 16, device="cuda"), torch.tensor([0], device="cuda"))
+    indices = torch.randint(0, 1 << 16, (102400,), device="cuda")
+    offsets = torch.arange(0, 102400, 50, device="cuda")
+    for name, fn in (("find", lambda: cache.find(query)),
+                     ("sls", lambda: lcr.sls(small, store, indices, offsets))):
+        for _ in range(3):
+            fn()
+        torch.cuda.synchronize()
+        with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(5):
+                fn()
+            torch.cuda.synchronize()
+        print(f"== {name}")
+        print(prof.key_averages().table(sort_by="cpu_time_total", row_limit=25))
+
+
+def environment():
+    import torch
+
+    def run(cmd):
+        try:
+            return subprocess.run(cmd, capture_output=True, text=True, timeout=30).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return "unknown"
+    return dict(device=torch.cuda.get_device_name(), torch=torch.__version__,
+                driver=run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]),
+                nvcc=run(["nvcc", "--version"]).splitlines()[-1:] or "unknown")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="benchmarks/results/slabhash_gpu.json")
+    parser.add_argument("--skip-table", action="store_true", help="only SLS on hits")
+    parser.add_argument("--profile", action="store_true", help="profile find and sls, then stop")
     args = parser.parse_args()
     from lcr.cuda import gpu_available
-    if not gpu_available():
+    if not gpu_available():  # raises when torch sees a GPU that lcr._cuda does not
         print("slabhash_gpu: no CUDA GPU here (or lcr was built without nvcc); nothing measured.")
         return 1
-    import torch
-    result = dict(device=torch.cuda.get_device_name(), lookup=lookup_throughput(), sls=sls_on_hits())
-    print(json.dumps(result["sls"], indent=1))
+    if args.profile:
+        profile()
+        return 0
+    result = dict(environment=environment())
+    print(json.dumps(result["environment"]), flush=True)
+    result["sls_on_hits"] = sls_on_hits()
+    print(json.dumps(result["sls_on_hits"], indent=1), flush=True)
+    if not args.skip_table:
+        result["table"] = table_throughput()
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)

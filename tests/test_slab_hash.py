@@ -40,3 +40,20 @@ def test_cuda_module_imports_without_a_gpu_and_fails_cleanly():
         assert cuda.device_count() == 0
         with pytest.raises(RuntimeError, match="cuda|CUDA"):
             cuda.slabsets_of(KEYS, 1024)
+
+
+def test_gpu_available_fails_loudly_when_only_torch_sees_a_gpu(monkeypatch):
+    # An old driver under lcr._cuda's static runtime: torch sees the GPU, lcr._cuda none.
+    # That combination cannot be produced on this machine, so both sides are stood in for.
+    import lcr.cuda
+
+    class NoDevice:
+        device_count = staticmethod(lambda: 0)
+        device_error = staticmethod(lambda: "CUDA driver version is insufficient for CUDA runtime version")
+
+    monkeypatch.setattr(lcr.cuda, "cuda_module", lambda: NoDevice)
+    monkeypatch.setattr(lcr.cuda, "_torch_sees_cuda", lambda: True)
+    with pytest.raises(RuntimeError, match="driver version is insufficient"):
+        lcr.cuda.gpu_available()
+    monkeypatch.setattr(lcr.cuda, "_torch_sees_cuda", lambda: False)
+    assert lcr.cuda.gpu_available() is False

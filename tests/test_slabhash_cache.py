@@ -189,24 +189,56 @@ def test_spec_policies_decide_as_before_when_nothing_is_pinned():
     assert lru.last_evicted == 2
 
 
+def gpu_vs_cpu(policy, batches, num_slabsets=64, device="cuda", seed=11):
+    """The CUDA engine against the CPU engine, every decision and every metadata array."""
+    rng = np.random.default_rng(seed)
+    cpu = SlabHashCache(num_slabsets, dim=4, policy=policy, device="cpu")
+    gpu_cache = SlabHashCache(num_slabsets, dim=4, policy=policy, device=device)
+    for batch, times in zip(batches, next_batch_times(batches)):
+        a = cpu.access(torch.as_tensor(batch))
+        b = gpu_cache.access(torch.as_tensor(batch).to(gpu_cache.device))
+        for field in ("keys", "slots", "evicted", "outcome"):
+            assert getattr(b, field).cpu().tolist() == getattr(a, field).tolist(), field
+        predictions = noisy(times, 0.3, rng)  # per lookup: repeated keys, last one wins
+        cpu.set_predictions(batch, predictions)
+        gpu_cache.set_predictions(batch, predictions)
+        for name in ("keys", "stamps", "predictions", "old", "lambda_shift", "old_count", "record"):
+            assert torch.equal(getattr(cpu.meta, name), getattr(gpu_cache.meta, name).cpu()), name
+    assert (cpu.hits, cpu.misses, cpu.bypassed) == (gpu_cache.hits, gpu_cache.misses,
+                                                     gpu_cache.bypassed)
+    return cpu
+
+
 @gpu
 @needs_gpu
 @pytest.mark.parametrize("policy", POLICIES)
 def test_cuda_engine_matches_cpu_engine_slot_by_slot(policy):
     rng = np.random.default_rng(11)
+    # 7 slabsets (not a power of two) for 50k keys: evictions, and bypass on big batches.
     batches = zipf_batches(rng, count=40, keys=50_000, size_range=(1, 5000))
-    cpu = SlabHashCache(64, dim=4, policy=policy, device="cpu")
-    gpu_cache = SlabHashCache(64, dim=4, policy=policy, device="cuda")
-    for batch, times in zip(batches, next_batch_times(batches)):
-        a = cpu.access(torch.as_tensor(batch))
-        b = gpu_cache.access(torch.as_tensor(batch))
-        for field in ("keys", "slots", "evicted", "outcome"):
-            assert getattr(b, field).cpu().tolist() == getattr(a, field).tolist(), field
-        predictions = noisy(times, 0.3, rng)
-        cpu.set_predictions(batch, predictions)
-        gpu_cache.set_predictions(batch, predictions)
-    for name in ("keys", "stamps", "predictions", "old", "lambda_shift", "old_count", "record"):
-        assert torch.equal(getattr(cpu.meta, name), getattr(gpu_cache.meta, name).cpu()), name
+    cpu = gpu_vs_cpu(policy, batches, num_slabsets=7)
+    assert cpu.bypassed > 0 and cpu.hits > 0
+
+
+@gpu
+@needs_gpu
+@pytest.mark.parametrize("policy", POLICIES)
+def test_cuda_engine_on_one_overfull_slabset_with_big_keys(policy):
+    rng = np.random.default_rng(4)
+    pool = [k + (1 << 40) for k in range(0, 400_000) if slabset_of(k + (1 << 40), 3) == 1][:300]
+    batches = [rng.choice(pool, size=int(rng.integers(20, 200))) for _ in range(30)]
+    gpu_vs_cpu(policy, batches, num_slabsets=3, device="cuda:0", seed=5)
+
+
+@gpu
+@needs_gpu
+def test_cuda_engine_on_a_side_stream():
+    rng = np.random.default_rng(12)
+    batches = zipf_batches(rng, count=15, keys=20_000, size_range=(1, 3000))
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        gpu_vs_cpu("laru", batches, num_slabsets=13)
+    stream.synchronize()
 
 
 @gpu

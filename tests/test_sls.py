@@ -149,6 +149,44 @@ def test_sls_on_cuda_equals_embedding_bag(dtype):
                                    **TOLERANCE[dtype])
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_available(), reason="no CUDA GPU")
+def test_sls_on_cuda_with_a_predictor_matches_the_cpu_engine():
+    rng = np.random.default_rng(3)
+    batches = [zipf_bags(rng, batch=32, pooling=10, rows=3000) for _ in range(25)]
+    oracle = oracle_predictions(Trace(np.concatenate([b[0].numpy() for b in batches])))
+    table = torch.randn(3000, 8)
+    caches = {d: lcr.SlabHashCache(3, 8, policy="laru", device=d) for d in ("cpu", "cuda")}
+    for device, cache in caches.items():
+        predictor, store, position = TracePredictor(oracle, rows=3000), lcr.HostStore(table), 0
+        for indices, lengths in batches:
+            predictor.observe_batch(indices.numpy(), position)
+            got = lcr.sls(cache, store, indices, lengths=lengths, predictor=predictor, now=position)
+            torch.testing.assert_close(got.cpu(), reference(table, indices, lengths))
+            position += indices.numel()
+    for name in ("keys", "stamps", "predictions", "lambda_shift", "record"):
+        assert torch.equal(getattr(caches["cpu"].meta, name), getattr(caches["cuda"].meta, name).cpu())
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_available(), reason="no CUDA GPU")
+def test_an_all_hit_cuda_batch_synchronises_once():
+    table = torch.randn(4096, 16)
+    cache, store = lcr.SlabHashCache(128, 16, device="cuda"), lcr.HostStore(table)
+    indices = torch.randint(0, 4096, (20_000,), device="cuda")
+    offsets = torch.arange(0, 20_000, 20, device="cuda")
+    lcr.sls(cache, store, torch.arange(4096, device="cuda"), torch.tensor([0], device="cuda"))
+    torch.cuda.synchronize()
+    before = cache.readbacks
+    torch.cuda.set_sync_debug_mode("error")  # any other synchronising call raises
+    try:
+        out = lcr.sls(cache, store, indices, offsets)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert cache.readbacks - before == 1
+    torch.testing.assert_close(out, F.embedding_bag(indices, table.cuda(), offsets, mode="sum"))
+
+
 def test_bench_sls_cli_runs_on_cpu_and_writes_results(tmp_path, capsys):
     from lcr.cli import main
     out = tmp_path / "sls.json"

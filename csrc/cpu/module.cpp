@@ -9,6 +9,7 @@ PYBIND11_MODULE(_native, m) {
     lcr::register_checkpoints(m);
     lcr::register_slab_hash(m);
     lcr::register_slab_cache(m);
+    lcr::register_slab_warp_model(m);
     lcr::register_dense_ids(m);
     lcr::register_sim_lru(m);
     lcr::register_sim_opt(m);

@@ -7,6 +7,7 @@ void register_next_use(pybind11::module_& m);
 void register_checkpoints(pybind11::module_& m);
 void register_slab_hash(pybind11::module_& m);
 void register_slab_cache(pybind11::module_& m);
+void register_slab_warp_model(pybind11::module_& m);
 // Simulator cores (sim_*.cpp) and the key remapping they run on.
 void register_dense_ids(pybind11::module_& m);
 void register_sim_lru(pybind11::module_& m);

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <limits>
 
+#include "common/slab_engine_py.h"
+#include "common/slab_kernels.h"
 #include "common/slab_table.h"
 #include "common/slab_table_py.h"
 #include "cpu/registry.h"
@@ -99,40 +101,71 @@ struct Slabset {
     }
 };
 
-void slab_find(const py::tuple& view, uintptr_t keys_ptr, int64_t n, uintptr_t slots_ptr) {
+// The engine functions below have the signatures of lcr._cuda's (csrc/cuda/slab_cache_py.cpp;
+// the meaning of each argument is in csrc/common/slab_kernels.h), so lcr.embedding.cache
+// drives every engine the same way; stream and device are ignored here.
+
+void slab_probe(const py::tuple& view, uintptr_t keys_ptr, int64_t n, uintptr_t slot_of_ptr, uintptr_t readback_ptr,
+                uintptr_t, int) {
+    namespace k = slab_kernels;
     const SlabTable t = slab_table_from(view);
     const int64_t* keys = data_at<int64_t>(keys_ptr);
-    int64_t* slots = data_at<int64_t>(slots_ptr);
+    int64_t* slot_of = data_at<int64_t>(slot_of_ptr);
+    int64_t* readback = data_at<int64_t>(readback_ptr);
     py::gil_scoped_release release;
-    for (int64_t i = 0; i < n; ++i) slots[i] = find_slot(t, keys[i]);
+    for (int64_t p = 0; p < n; ++p) {
+        if (keys[p] < 0) {
+            slot_of[p] = -1;
+            readback[k::kBadKey] = 1;
+            continue;
+        }
+        slot_of[p] = find_slot(t, keys[p]);
+        if (slot_of[p] >= 0) continue;
+        const int64_t entry = readback[k::kMissCount]++;
+        readback[k::kMissEntries + 2 * entry] = p;
+        readback[k::kMissEntries + 2 * entry + 1] = keys[p];
+    }
 }
 
-// keys: the batch's deduplicated keys; found: slab_find's answer for them. Writes the
-// slot serving each key (-1: bypassed) and the key each insertion evicted (-1: none).
-void slab_commit(const py::tuple& view, uintptr_t keys_ptr, int64_t n, uintptr_t found_ptr, int64_t clock,
-                 uintptr_t slots_ptr, uintptr_t evicted_ptr) {
+// Lookups in batch order: the first lookup of each hit key stamps it clock + position.
+void slab_refresh(const py::tuple& view, uintptr_t slot_of_ptr, int64_t n, int64_t clock, uintptr_t hit_count_ptr,
+                  uintptr_t, int) {
+    const SlabTable t = slab_table_from(view);
+    const int64_t* slot_of = data_at<int64_t>(slot_of_ptr);
+    int64_t* hit_count = data_at<int64_t>(hit_count_ptr);
+    py::gil_scoped_release release;
+    for (int64_t p = 0; p < n; ++p) {
+        const int64_t slot = slot_of[p];
+        if (slot < 0 || t.stamps[slot] >= clock) continue;
+        t.stamps[slot] = clock + p;
+        *hit_count += 1;
+        if (t.old[slot]) {
+            t.old[slot] = 0;
+            t.old_count[slot / kSlabsetSlots] -= 1;
+        }
+    }
+}
+
+// The batch's distinct missing keys, slabset group by slabset group, each in batch order.
+void slab_insert_groups(const py::tuple& view, uintptr_t keys_ptr, uintptr_t first_ptr, uintptr_t members_ptr,
+                        uintptr_t starts_ptr, int64_t groups, int64_t clock, int64_t stamp_base, uintptr_t slots_ptr,
+                        uintptr_t evicted_ptr, uintptr_t, int) {
     const SlabTable t = slab_table_from(view);
     const int64_t* keys = data_at<int64_t>(keys_ptr);
-    const int64_t* found = data_at<int64_t>(found_ptr);
+    const int64_t* first = data_at<int64_t>(first_ptr);
+    const int64_t* members = data_at<int64_t>(members_ptr);
+    const int64_t* starts = data_at<int64_t>(starts_ptr);
     int64_t* slots = data_at<int64_t>(slots_ptr);
     int64_t* evicted = data_at<int64_t>(evicted_ptr);
     py::gil_scoped_release release;
-    for (int64_t i = 0; i < n; ++i) {
+    for (int64_t m = 0; m < (groups ? starts[groups] : 0); ++m) {
+        const int64_t i = members[m];
         evicted[i] = kEmptyKey;
-        slots[i] = found[i];
-        if (found[i] < 0) continue;
-        t.stamps[found[i]] = clock + i;
-        if (t.old[found[i]]) {
-            t.old[found[i]] = 0;
-            t.old_count[found[i] / kSlabsetSlots] -= 1;
-        }
-    }
-    for (int64_t i = 0; i < n; ++i) {
-        if (found[i] >= 0) continue;
         Slabset set(t, slabset_of(keys[i], t.num_slabsets));
         int64_t slot = set.free_slot();
         if (slot < 0) {
             slot = set.victim_for(keys[i], clock);
+            slots[i] = slot;
             if (slot < 0) continue;  // bypassed: served from the store only
             evicted[i] = t.keys[slot];
             if (t.old[slot]) {
@@ -141,13 +174,14 @@ void slab_commit(const py::tuple& view, uintptr_t keys_ptr, int64_t n, uintptr_t
             }
         }
         t.keys[slot] = keys[i];
-        t.stamps[slot] = clock + n + i;
+        t.stamps[slot] = stamp_base + first[i];
         t.predictions[slot] = kUnknown;
         slots[i] = slot;
     }
 }
 
-void slab_set_predictions(const py::tuple& view, uintptr_t keys_ptr, uintptr_t values_ptr, int64_t n) {
+void slab_set_predictions(const py::tuple& view, uintptr_t keys_ptr, uintptr_t values_ptr, int64_t n, uintptr_t,
+                          int) {
     const SlabTable t = slab_table_from(view);
     const int64_t* keys = data_at<int64_t>(keys_ptr);
     const double* values = data_at<double>(values_ptr);
@@ -161,13 +195,7 @@ void slab_set_predictions(const py::tuple& view, uintptr_t keys_ptr, uintptr_t v
 }  // namespace
 
 void register_slab_cache(py::module_& m) {
-    m.def("slab_find", &slab_find, py::arg("table"), py::arg("keys"), py::arg("n"), py::arg("slots"),
-          "Slot of each key (-1: absent). Reads only.");
-    m.def("slab_commit", &slab_commit, py::arg("table"), py::arg("keys"), py::arg("n"), py::arg("found"),
-          py::arg("clock"), py::arg("slots"), py::arg("evicted"),
-          "Refresh the batch's hits, then insert its misses per slabset in batch order.");
-    m.def("slab_set_predictions", &slab_set_predictions, py::arg("table"), py::arg("keys"), py::arg("values"),
-          py::arg("n"), "Store predicted next-access times of cached keys (NaN: unknown).");
+    def_slab_engine(m, &slab_probe, &slab_refresh, &slab_insert_groups, &slab_set_predictions);
 }
 
 }  // namespace lcr

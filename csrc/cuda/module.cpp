@@ -25,6 +25,15 @@ int device_count() {
     return cudaGetDeviceCount(&count) == cudaSuccess ? count : 0;
 }
 
+// Why device_count() is 0: "" when the runtime found devices, else the CUDA error (an
+// old driver for this runtime reads "CUDA driver version is insufficient ...").
+std::string device_error() {
+    int count = 0;
+    const cudaError_t status = cudaGetDeviceCount(&count);
+    if (status != cudaSuccess) return cudaGetErrorString(status);
+    return count > 0 ? "" : "no CUDA device";
+}
+
 // A device buffer freed on scope exit, so an error path cannot leak it.
 template <typename T>
 struct DeviceBuffer {
@@ -56,6 +65,7 @@ py::array_t<uint32_t> slabsets_of(py::array_t<int64_t, py::array::c_style | py::
 PYBIND11_MODULE(_cuda, m) {
     m.doc() = "lcr's CUDA engines";
     m.def("device_count", &device_count, "CUDA devices visible (0 without a GPU or driver).");
+    m.def("device_error", &device_error, "Empty when CUDA devices are usable, else the reason why not.");
     m.def("slabsets_of", &slabsets_of, py::arg("keys"), py::arg("num_slabsets"),
           "The slabset of each key, computed on the GPU.");
     lcr::register_slab_cache(m);

@@ -68,7 +68,7 @@ def run_one(workload: SlsWorkload, store, policy: str, cache_ratio: float, batch
     for i, (start, indices, lengths) in enumerate(batches_of(workload, batch_size, warmup + batches)):
         timed = i >= warmup
         if i == warmup:
-            cache.hits = cache.misses = 0
+            cache.reset_stats()
         indices = indices.to(device)
         lengths_d = lengths.to(device)
         if device == "cuda":
@@ -81,8 +81,8 @@ def run_one(workload: SlsWorkload, store, policy: str, cache_ratio: float, batch
             elapsed += time.perf_counter() - began
         if predictor is not None:  # the asynchronous predictor's work: off the clock
             predictor.observe_batch(indices.cpu().numpy(), start)
-            keys = cache.find(indices).keys
-            cache.set_predictions(keys, predictor.predict(keys.cpu().numpy(), start))
+            keys = np.unique(indices.cpu().numpy())
+            cache.set_predictions(keys, predictor.predict(keys, start))
     return SlsBenchResult(policy, cache_ratio, batch_size, batches,
                           latency_ms=1e3 * elapsed / batches, hit_ratio=cache.hit_ratio,
                           samples_per_s=batch_size * batches / elapsed,

@@ -1,17 +1,24 @@
 """SlabHashCache: a set-associative embedding cache with a per-slabset eviction policy.
 
 The metadata (``SlabMetadata``) and the values live in torch tensors on the cache's
-device. Two engines run the batch semantics of ``lcr.embedding.reference`` on them:
-the C++ CPU engine (``lcr._native``) for device="cpu" and the CUDA kernels
-(``lcr._cuda``) for device="cuda", on the caller's current stream. Both take raw data
-pointers, so the native build never links libtorch.
+device. Three engines run the batch semantics of ``lcr.embedding.reference`` on them,
+all through the same five calls (``_Engine``): the C++ CPU engine (``lcr._native``,
+device="cpu"), the CUDA kernels (``lcr._cuda``, device="cuda", on the current stream of
+the cache's device) and those same kernels compiled for the host and run on a model of
+32-lane warps (``lcr._native.warp_model``, device="cpu", engine="warp-model"), which is
+how CI checks the GPU's decisions without a GPU. Engines take raw data pointers, so the
+native builds never link libtorch.
 
 A batch is served in two steps so that a failing backing store leaves the cache as it
-was: ``find`` (read only) tells which keys are missing; once their rows are fetched,
-``commit`` refreshes the hits, inserts the misses and writes their rows.
+was: ``find`` (read only) probes every lookup and reads back the misses, the one
+device-to-host synchronisation of a batch; once their rows are fetched, ``commit``
+refreshes the hits, inserts the misses, writes their rows and points every lookup at
+the row that serves it (``BatchPlan.slot_of`` into ``rows``), so the pooled sums are a
+single ``embedding_bag``.
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,6 +28,8 @@ from lcr.embedding.reference import (BYPASSED, HIT, HF_WINDOW, INSERTED, POLICIE
                                      SLABSET_SLOTS)
 
 RECORD_WORDS = 8192 // 64
+READBACK_MISSES = 1024  # misses read back with the count; more cost a second read
+ENGINES = ("native", "warp-model", "cuda")
 _DTYPES = {"float32": torch.float32, "float16": torch.float16,
            torch.float32: torch.float32, torch.float16: torch.float16}
 
@@ -47,98 +56,87 @@ class SlabMetadata:
 
 @dataclass
 class BatchPlan:
-    """What ``find`` learned about a batch: its unique keys and where they are."""
+    """What ``find`` learned about a batch of N lookups (M distinct keys missing)."""
 
-    keys: torch.Tensor     # int64 [U], deduplicated in order of first occurrence
-    inverse: torch.Tensor  # int64 [N], position in ``keys`` of each looked-up key
-    found: torch.Tensor    # int64 [U], slot or -1
-    missing: torch.Tensor  # int64 [M], positions in ``keys`` of the misses
+    indices: torch.Tensor        # int64 [N] on the cache's device: the looked-up keys
+    slot_of: torch.Tensor        # int64 [N]: slot serving each lookup, -1 for misses until commit
+    missing_keys: torch.Tensor   # int64 [M] on the host, in order of first lookup
+    # The rest are numpy arrays, or tensors on the device when READBACK_MISSES are exceeded:
+    missing_first: np.ndarray    # int64 [M]: position of each missing key's first lookup
+    miss_lookups: np.ndarray     # int64: positions of every lookup that missed
+    miss_inverse: np.ndarray     # int64: for each of those, its index in missing_keys
+    overlapped: object = None    # what find's ``overlap`` returned
 
-    @property
-    def missing_keys(self) -> torch.Tensor:
-        return self.keys[self.missing]
+
+@dataclass
+class CommitResult:
+    slots: torch.Tensor    # int64 [M]: slot taken by each missing key, -1 when bypassed
+    evicted: torch.Tensor  # int64 [M]: key each insertion evicted, -1 when none
 
 
 @dataclass
 class BatchResult:
+    """Per distinct key of a batch, in order of first lookup (``SlabHashCache.access``)."""
+
     keys: torch.Tensor     # int64 [U]
     slots: torch.Tensor    # int64 [U]: slot serving each key, -1 when bypassed
     evicted: torch.Tensor  # int64 [U]: key evicted by each insertion, -1 when none
     outcome: torch.Tensor  # int8 [U]: HIT, INSERTED or BYPASSED
 
 
-class _CpuEngine:
-    def __init__(self):
-        from lcr import _native
-        self.native = _native
+class _Engine:
+    """The slab_* functions of one engine module; all share the signatures of
+    csrc/cuda/slab_cache_py.cpp (stream and device are ignored off the GPU)."""
 
-    def find(self, view, keys, slots):
-        self.native.slab_find(view, keys.data_ptr(), keys.numel(), slots.data_ptr())
+    def __init__(self, kind: str, device: torch.device):
+        if kind == "cuda":
+            from lcr.cuda import cuda_module
+            self.module = cuda_module()
+        else:
+            from lcr import _native
+            self.module = _native.warp_model if kind == "warp-model" else _native
+        self.device = device
+        self.on_gpu = device.type == "cuda"
+        self.index = device.index if self.on_gpu else 0
 
-    def commit(self, view, keys, found, clock, slots, evicted):
-        self.native.slab_commit(view, keys.data_ptr(), keys.numel(), found.data_ptr(), clock,
-                                slots.data_ptr(), evicted.data_ptr())
+    def stream(self) -> int:
+        return torch.cuda.current_stream(self.device).cuda_stream if self.on_gpu else 0
 
-    def set_predictions(self, view, keys, values):
-        self.native.slab_set_predictions(view, keys.data_ptr(), values.data_ptr(), keys.numel())
+    def probe(self, view, keys, slot_of, readback):
+        self.module.slab_probe(view, keys.data_ptr(), keys.numel(), slot_of.data_ptr(),
+                               readback.data_ptr(), self.stream(), self.index)
 
+    def refresh(self, view, slot_of, clock, hit_count):
+        self.module.slab_refresh(view, slot_of.data_ptr(), slot_of.numel(), clock,
+                                 hit_count.data_ptr(), self.stream(), self.index)
 
-class _CudaEngine:
-    def __init__(self):
-        from lcr.cuda import cuda_module
-        self.cuda = cuda_module()
-
-    @staticmethod
-    def _stream() -> int:
-        return torch.cuda.current_stream().cuda_stream
-
-    def find(self, view, keys, slots):
-        self.cuda.slab_find(view, keys.data_ptr(), keys.numel(), slots.data_ptr(), self._stream())
-
-    def commit(self, view, keys, found, clock, slots, evicted):
-        stream, n = self._stream(), keys.numel()
-        slots.copy_(found)
-        evicted.fill_(-1)
-        self.cuda.slab_refresh_hits(view, found.data_ptr(), n, clock, stream)
-        missing = torch.nonzero(found < 0).flatten()
-        if missing.numel() == 0:
-            return
-        # Group the misses by slabset, keeping batch order inside a group (stable sort),
-        # so that one warp inserts each group in order.
-        miss_keys = keys[missing].contiguous()
-        homes = torch.empty(missing.numel(), dtype=torch.int32, device=keys.device)
-        self.cuda.slabsets_of_device(miss_keys.data_ptr(), miss_keys.numel(), view[7],
-                                     homes.data_ptr(), stream)
-        homes, order = torch.sort(homes, stable=True)
-        members = missing[order].contiguous()
-        _, counts = torch.unique_consecutive(homes, return_counts=True)
-        starts = torch.zeros(counts.numel() + 1, dtype=torch.int64, device=keys.device)
-        torch.cumsum(counts, 0, out=starts[1:])
-        self.cuda.slab_insert_groups(view, keys.data_ptr(), n, members.data_ptr(), starts.data_ptr(),
-                                     counts.numel(), clock, slots.data_ptr(), evicted.data_ptr(), stream)
+    def insert_groups(self, view, plan_arrays, groups, clock, stamp_base, slots, evicted):
+        keys, first, members, starts = plan_arrays
+        self.module.slab_insert_groups(view, keys.data_ptr(), first.data_ptr(), members.data_ptr(),
+                                       starts.data_ptr(), groups, clock, stamp_base,
+                                       slots.data_ptr(), evicted.data_ptr(), self.stream(),
+                                       self.index)
 
     def set_predictions(self, view, keys, values):
-        self.cuda.slab_set_predictions(view, keys.data_ptr(), values.data_ptr(), keys.numel(),
-                                       self._stream())
+        self.module.slab_set_predictions(view, keys.data_ptr(), values.data_ptr(), keys.numel(),
+                                         self.stream(), self.index)
+
+
+def _first_occurrences(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Distinct ``keys`` in order of first occurrence, the index of each one's first
+    occurrence, and for each element the position of its key among the distinct ones."""
+    values, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    return values[order], first[order], rank[inverse.reshape(-1)]
 
 
 def unique_in_order(keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The distinct values of ``keys`` in order of first occurrence, and for each element
-    of ``keys`` the position of its value among them (on keys' device)."""
-    if keys.device.type == "cpu":
-        values, first, inverse = np.unique(keys.numpy(), return_index=True, return_inverse=True)
-        order = np.argsort(first, kind="stable")
-        rank = np.empty_like(order)
-        rank[order] = np.arange(len(order))
-        return torch.from_numpy(values[order]), torch.from_numpy(rank[inverse.reshape(-1)])
-    values, inverse = torch.unique(keys, return_inverse=True)
-    positions = torch.arange(keys.numel(), device=keys.device)
-    first = torch.full((values.numel(),), keys.numel(), dtype=torch.int64, device=keys.device)
-    first.scatter_reduce_(0, inverse, positions, reduce="amin")
-    order = torch.argsort(first)
-    rank = torch.empty_like(order)
-    rank[order] = torch.arange(order.numel(), device=keys.device)
-    return values[order], rank[inverse]
+    of ``keys`` the position of its value among them (on the host)."""
+    values, _, inverse = _first_occurrences(torch.as_tensor(keys).cpu().numpy())
+    return torch.from_numpy(values), torch.from_numpy(inverse)
 
 
 ROW_DTYPES = (torch.float32, torch.float16)
@@ -161,10 +159,16 @@ class SlabHashCache:
     """``num_slabsets`` x 64 slots of ``dim``-wide rows, evicting by ``policy``.
 
     policy: lru, fpb, hf or laru (b = 2). Keys are non-negative int64 row ids.
+    engine: "native" (device="cpu"), "cuda" (device="cuda", the default there) or
+    "warp-model" (device="cpu": the CUDA kernels on the host warp model, for tests).
+
+    Thread safety: a cache may be shared between threads. Every method that reads or
+    changes it holds ``cache.lock`` (re-entrant), and ``lcr.sls`` holds it for a whole
+    batch, so concurrent batches are served one after the other, never interleaved.
     """
 
     def __init__(self, num_slabsets: int, dim: int, dtype="float32", policy: str = "lru",
-                 device="cpu", hf_window: int = HF_WINDOW):
+                 device="cpu", hf_window: int = HF_WINDOW, engine: str | None = None):
         if num_slabsets < 1:
             raise ValueError(f"num_slabsets must be at least 1, got {num_slabsets}")
         if dim < 1:
@@ -176,19 +180,39 @@ class SlabHashCache:
         self.device = torch.device(device)
         if self.device.type not in ("cpu", "cuda"):
             raise ValueError(f"device must be cpu or cuda, got {device!r}")
+        if self.device.type == "cuda" and self.device.index is None:
+            self.device = torch.device("cuda", torch.cuda.current_device())
+        engine = engine or ("cuda" if self.device.type == "cuda" else "native")
+        if engine not in ENGINES or (engine == "cuda") != (self.device.type == "cuda"):
+            raise ValueError(f"engine {engine!r} does not run on {self.device.type}; "
+                             f"valid: native or warp-model on cpu, cuda on cuda")
         self.num_slabsets, self.dim, self.policy = int(num_slabsets), int(dim), policy
         self.dtype = _DTYPES[dtype]
-        self.engine = _CpuEngine() if self.device.type == "cpu" else _CudaEngine()
+        self.engine, self.engine_name = _Engine(engine, self.device), engine
+        self.lock = threading.RLock()
         self.meta = SlabMetadata(self.num_slabsets, self.device)
-        self.values = torch.zeros(self.capacity, self.dim, dtype=self.dtype, device=self.device)
+        # Values by slot, then scratch rows where a batch's bypassed misses are served from.
+        self.rows = torch.zeros(self.capacity, self.dim, dtype=self.dtype, device=self.device)
         self._view = self.meta.engine_view(self.num_slabsets, POLICIES.index(policy), hf_window)
         self.clock = 0
-        self.hits = self.misses = self.bypassed = 0
-        self.bypassed_last = 0  # keys the latest batch served without caching
+        self._hits = torch.zeros(1, dtype=torch.int64, device=self.device)
+        self._bypassed = torch.zeros(1, dtype=torch.int64, device=self.device)
+        self.misses = 0
+        self._readback = torch.zeros(2, dtype=torch.int64, device=self.device)
+        self._host_readback = torch.zeros(2 + 2 * READBACK_MISSES, dtype=torch.int64,
+                                          pin_memory=self.engine.on_gpu)
+        self._host_view = self._host_readback.numpy()
+        self._copied = torch.cuda.Event() if self.engine.on_gpu else None
+        self.readbacks = 0  # device-to-host reads of the miss list (one per batch, usually)
 
     @property
     def capacity(self) -> int:
         return self.num_slabsets * SLABSET_SLOTS
+
+    @property
+    def values(self) -> torch.Tensor:
+        """[capacity, dim]: the row cached in each slot."""
+        return self.rows[:self.capacity]
 
     @classmethod
     def for_capacity(cls, rows: int, dim: int, **kwargs) -> "SlabHashCache":
@@ -196,68 +220,196 @@ class SlabHashCache:
         return cls(max(1, -(-int(rows) // SLABSET_SLOTS)), dim, **kwargs)
 
     # -- the two steps of a batch ---------------------------------------------------------
-    def find(self, keys: torch.Tensor) -> BatchPlan:
-        """Deduplicate ``keys`` and locate them. Changes nothing."""
-        keys, inverse = unique_in_order(self._keys_tensor(keys))
-        found = torch.empty_like(keys)
-        self.engine.find(self._view, keys, found)
-        return BatchPlan(keys, inverse, found, torch.nonzero(found < 0).flatten())
+    def find(self, keys, overlap=None) -> BatchPlan:
+        """Locate every lookup and read the misses back to the host. Changes nothing.
 
-    def commit(self, plan: BatchPlan, miss_rows: torch.Tensor | None = None) -> BatchResult:
-        """Refresh hits, insert misses (writing their rows when given) and report decisions.
-
-        ``miss_rows``: [len(plan.missing), dim] rows of the missing keys, on any device,
-        float32 or float16 (converted to the cache's dtype). Checked before anything
-        changes: wrong rows raise ``ValueError`` and leave the cache as it was.
+        ``overlap(slot_of)``, when given, is called after the probe is queued and before
+        the read-back waits for it, so that its device work overlaps the wait; its result
+        is ``plan.overlapped`` (``slot_of`` is -1 for misses there).
         """
-        check_rows(miss_rows, int(plan.missing.numel()), self.dim)
-        count = plan.keys.numel()
-        slots = torch.empty_like(plan.keys)
-        evicted = torch.empty_like(plan.keys)
-        self.engine.commit(self._view, plan.keys, plan.found, self.clock, slots, evicted)
-        self.clock += 2 * count
-        outcome = torch.full((count,), HIT, dtype=torch.int8, device=self.device)
-        miss_slots = slots[plan.missing]
-        inserted = miss_slots >= 0
-        outcome[plan.missing] = torch.where(inserted, INSERTED, BYPASSED).to(torch.int8)
-        if miss_rows is not None and plan.missing.numel():
-            rows = miss_rows.to(self.device, self.dtype, non_blocking=True)
-            self.values.index_copy_(0, miss_slots[inserted], rows[inserted])
-        misses = int(plan.missing.numel())
-        self.hits += count - misses
-        self.misses += misses
-        self.bypassed_last = int((~inserted).sum())
-        self.bypassed += self.bypassed_last
-        return BatchResult(plan.keys, slots, evicted, outcome)
+        with self.lock:
+            keys = self._keys_tensor(keys)
+            n = keys.numel()
+            slot_of = torch.empty_like(keys)
+            if self._readback.numel() < 2 + 2 * n:
+                self._readback = torch.empty(2 + 2 * n, dtype=torch.int64, device=self.device)
+            self._readback[:2].zero_()
+            self.engine.probe(self._view, keys, slot_of, self._readback)
+            overlapped = overlap(slot_of) if overlap is not None else None
+            count = self._read_miss_count(n)
+            none = np.empty(0, dtype=np.int64)
+            if count == 0:  # all hits: nothing to sort out on the host
+                return BatchPlan(keys, slot_of, torch.from_numpy(none), none, none, none,
+                                 overlapped)
+            if count > READBACK_MISSES:  # many misses: sort them out on the device
+                return BatchPlan(keys, slot_of, *self._many_misses(count, n), overlapped)
+            misses = self._host_view[2:2 + 2 * count].reshape(count, 2)
+            order = np.argsort(misses[:, 0])
+            positions, miss_keys = misses[order, 0], misses[order, 1]
+            missing, first, inverse = _first_occurrences(miss_keys)
+            return BatchPlan(keys, slot_of, torch.from_numpy(missing), positions[first],
+                             positions, inverse, overlapped)
+
+    def _read_miss_count(self, n: int) -> int:
+        """Copy the probe's miss count and its first READBACK_MISSES entries to the host:
+        the batch's one synchronisation on a GPU."""
+        head = 2 + 2 * min(n, READBACK_MISSES)
+        self._host_readback[:head].copy_(self._readback[:head], non_blocking=True)
+        if self.engine.on_gpu:
+            self._copied.record(torch.cuda.current_stream(self.device))
+            self._copied.synchronize()
+        self.readbacks += 1
+        if self._host_view[1]:
+            raise ValueError("keys must be non-negative row ids")
+        return int(self._host_view[0])
+
+    def _many_misses(self, count: int, n: int):
+        """BatchPlan's miss fields computed with torch on the cache's device (first
+        occurrences by scatter-min of positions); only the missing keys come back."""
+        entries = self._readback[2:2 + 2 * count].view(count, 2)
+        positions, keys = entries[:, 0], entries[:, 1]
+        distinct, inverse = torch.unique(keys, return_inverse=True)
+        first = torch.full_like(distinct, n).scatter_reduce_(0, inverse, positions, reduce="amin")
+        first, order = torch.sort(first)
+        rank = torch.empty_like(order)
+        rank[order] = torch.arange(order.numel(), device=self.device)
+        missing = distinct[order].cpu()
+        self.readbacks += 1
+        return missing, first, positions.contiguous(), rank[inverse]
+
+    def commit(self, plan: BatchPlan, miss_rows: torch.Tensor | None = None) -> CommitResult:
+        """Refresh hits, insert misses and, given their rows ([M, dim], any device,
+        float32 or float16), write them and point ``plan.slot_of`` at the row serving every
+        lookup. Rows are checked before anything changes: wrong rows raise ``ValueError``
+        and leave the cache as it was."""
+        check_rows(miss_rows, int(plan.missing_keys.numel()), self.dim)
+        with self.lock:
+            n, count, clock = plan.indices.numel(), plan.missing_keys.numel(), self.clock
+            self.engine.refresh(self._view, plan.slot_of, clock, self._hits)
+            slots = torch.empty(count, dtype=torch.int64, device=self.device)
+            evicted = torch.empty_like(slots)
+            if count:
+                arrays, groups = self._insert_plan(plan)
+                self.engine.insert_groups(self._view, arrays, groups, clock, clock + n,
+                                          slots, evicted)
+                self._bypassed += (slots < 0).sum()
+                # Bypassed keys are served from scratch rows past the slots.
+                scratch = self.capacity + torch.arange(count, device=self.device)
+                serving = torch.where(slots >= 0, slots, scratch)
+                if miss_rows is not None:
+                    self._reserve_scratch(count)
+                    self.rows.index_copy_(0, serving, miss_rows.to(self.device, self.dtype,
+                                                                   non_blocking=True))
+                lookups = self._to_device(plan.miss_lookups)
+                plan.slot_of[lookups] = serving[self._to_device(plan.miss_inverse)]
+            self.clock = clock + 2 * n
+            self.misses += count
+            return CommitResult(slots, evicted)
+
+    def _insert_plan(self, plan: BatchPlan):
+        """The missing keys grouped by slabset (batch order inside a group), on the device."""
+        from lcr import _native
+        keys = plan.missing_keys.numpy()
+        homes = _native.slabsets_of(keys, self.num_slabsets).astype(np.int64)
+        m = len(keys)
+        if isinstance(plan.missing_first, torch.Tensor):  # many misses: group on the device
+            homes = self._to_device(homes)
+            members = torch.sort(homes, stable=True)[1]
+            ordered = homes[members]
+            change = torch.ones(m, dtype=torch.bool, device=self.device)
+            change[1:] = ordered[1:] != ordered[:-1]
+            starts = torch.cat([torch.nonzero(change).flatten(),
+                                torch.tensor([m], device=self.device)])
+            arrays = (self._to_device(keys), plan.missing_first, members, starts)
+            return arrays, starts.numel() - 1
+        members = np.argsort(homes, kind="stable")
+        ordered = homes[members]
+        starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+        packed = self._to_device(np.concatenate([keys, plan.missing_first, members, starts,
+                                                 [m]]).astype(np.int64))
+        return (packed[:m], packed[m:2 * m], packed[2 * m:3 * m], packed[3 * m:]), len(starts)
+
+    def _to_device(self, array) -> torch.Tensor:
+        if isinstance(array, torch.Tensor):
+            return array
+        tensor = torch.from_numpy(np.ascontiguousarray(array, dtype=np.int64))
+        if not self.engine.on_gpu:
+            return tensor
+        return tensor.pin_memory().to(self.device, non_blocking=True)
+
+    def _reserve_scratch(self, count: int) -> None:
+        if self.rows.shape[0] - self.capacity >= count:
+            return
+        grown = torch.zeros(self.capacity + max(count, 2 * (self.rows.shape[0] - self.capacity)),
+                            self.dim, dtype=self.dtype, device=self.device)
+        grown[:self.capacity] = self.values
+        self.rows = grown
 
     def access(self, keys) -> BatchResult:
-        """One batch without values (tests, simulations): find, then commit."""
-        return self.commit(self.find(keys))
+        """One batch without values (tests, simulations): find, commit, and the outcome
+        per distinct key in order of first lookup."""
+        with self.lock:
+            plan = self.find(keys)
+            found = plan.slot_of.cpu().numpy().copy()
+            result = self.commit(plan)
+            keys, first, _ = _first_occurrences(plan.indices.cpu().numpy())
+            slots, evicted = found[first], np.full(len(keys), -1, dtype=np.int64)
+            outcome = np.full(len(keys), HIT, dtype=np.int8)
+            missed = np.searchsorted(first, torch.as_tensor(plan.missing_first).cpu().numpy())
+            miss_slots = result.slots.cpu().numpy()
+            slots[missed] = miss_slots
+            evicted[missed] = result.evicted.cpu().numpy()
+            outcome[missed] = np.where(miss_slots >= 0, INSERTED, BYPASSED)
+            return BatchResult(*(torch.from_numpy(a) for a in (keys, slots, evicted, outcome)))
 
     def set_predictions(self, keys, values) -> None:
-        """Predicted next-access times for cached keys (others are ignored; NaN: unknown)."""
-        keys = self._keys_tensor(keys)
-        values = torch.as_tensor(values, dtype=torch.float64).to(self.device).contiguous()
-        if values.shape != keys.shape:
-            raise ValueError(f"{keys.numel()} keys but {values.numel()} predictions")
-        self.engine.set_predictions(self._view, keys, values)
+        """Predicted next-access times for cached keys (others are ignored; NaN: unknown).
+        A key given more than once keeps its last value."""
+        with self.lock:
+            keys = self._keys_tensor(keys)
+            values = torch.as_tensor(values, dtype=torch.float64).to(self.device).flatten()
+            if values.shape != keys.shape:
+                raise ValueError(f"{keys.numel()} keys but {values.numel()} predictions")
+            # Kernels run one warp per key in no set order: give each key one value.
+            distinct, inverse = torch.unique(keys, return_inverse=True)
+            last = torch.zeros_like(distinct).scatter_reduce_(
+                0, inverse, torch.arange(keys.numel(), device=self.device), reduce="amax")
+            self.engine.set_predictions(self._view, distinct, values[last].contiguous())
 
     # -- inspection -----------------------------------------------------------------------
+    @property
+    def hits(self) -> int:
+        """Distinct keys found cached, summed over batches (reads the device counter)."""
+        return int(self._hits)
+
+    @property
+    def bypassed(self) -> int:
+        """Distinct missing keys served without being cached, summed over batches."""
+        return int(self._bypassed)
+
+    def reset_stats(self) -> None:
+        with self.lock:
+            self._hits.zero_()
+            self._bypassed.zero_()
+            self.misses = 0
+
     def cached_keys(self) -> set[int]:
         keys = self.meta.keys.cpu()
         return set(keys[keys >= 0].tolist())
 
     @property
     def hit_ratio(self) -> float:
-        served = self.hits + self.misses
-        return self.hits / served if served else 0.0
+        hits = self.hits
+        served = hits + self.misses
+        return hits / served if served else 0.0
 
     def _keys_tensor(self, keys) -> torch.Tensor:
-        keys = torch.as_tensor(keys, dtype=torch.int64).to(self.device).contiguous().flatten()
-        if keys.numel() and int(keys.min()) < 0:
+        keys = torch.as_tensor(keys, dtype=torch.int64).flatten()
+        if keys.device.type == "cpu" and keys.numel() and int(keys.min()) < 0:
             raise ValueError("keys must be non-negative row ids")
-        return keys
+        return keys.to(self.device, non_blocking=True).contiguous()
 
     def __repr__(self) -> str:
         return (f"SlabHashCache(num_slabsets={self.num_slabsets}, dim={self.dim}, "
-                f"dtype={self.dtype}, policy={self.policy!r}, device={str(self.device)!r})")
+                f"dtype={self.dtype}, policy={self.policy!r}, device={str(self.device)!r}, "
+                f"engine={self.engine_name!r})")

@@ -103,7 +103,11 @@ class ExpertCache:
     # --- serving -------------------------------------------------------------------------------
 
     def get(self, layer: int, expert: int):
-        """The device module of ``experts[layer][expert]``, loading it on a fault."""
+        """The device module of ``experts[layer][expert]``, loading it on a fault.
+
+        Queue its compute before the next ``get``/``prefetch``: a later load may reuse
+        its slot, and only waits for compute already queued (not yet enforced, issue 15).
+        """
         key = self.page(layer, expert)
         if self._prefetched.get(key) and key in self._resident:
             self._prefetched[key] -= 1

@@ -1,0 +1,262 @@
+// The SlabHashCache kernels' logic, written once against a Warp (csrc/common/warp.h).
+// nvcc compiles it into the GPU kernels (csrc/cuda/slab_cache.cu, with CudaWarp); the CPU
+// build compiles the very same functions against the host warp model (HostWarp,
+// csrc/cpu/warp_model.h) so that CI replays the GPU's decisions lane by lane.
+//
+// A warp owns one slabset at a time: lane l holds slot l of slab 0 and slot l of slab 1,
+// so a probe is two coalesced loads and two ballots, and a victim is a warp reduction.
+// Semantics (the spec is lcr.embedding.reference): docs/embedding.md. A batch of N
+// lookups at clock c: a hit's stamp is c + (position of the key's first lookup), an
+// inserted miss's is c + N + (its first position); the clock then moves to c + 2N.
+#pragma once
+#include <cmath>
+#include <cstdint>
+
+#include "common/slab_table.h"
+#include "common/warp.h"
+
+namespace lcr {
+namespace slab_kernels {
+
+// Layout of the probe's read-back buffer, the one thing the host reads per batch.
+constexpr int64_t kMissCount = 0;    // number of lookups that missed
+constexpr int64_t kBadKey = 1;       // set when a key is negative
+constexpr int64_t kMissEntries = 2;  // then (position, key) per missed lookup, unordered
+
+// The slot holding `key` in its slabset, or -1 (the same answer on every lane).
+template <class W>
+LCR_WARP_FN int64_t warp_probe(W& w, const SlabTable& t, int64_t key) {
+    const int64_t base = int64_t(slabset_of(key, t.num_slabsets)) * kSlabsetSlots;
+    const int lane = w.lane();
+    const unsigned in_slab0 = w.ballot(t.keys[base + lane] == key);
+    const unsigned in_slab1 = w.ballot(t.keys[base + kSlabSlots + lane] == key);
+    if (in_slab0) return base + lowest_lane(in_slab0);
+    if (in_slab1) return base + kSlabSlots + lowest_lane(in_slab1);
+    return -1;
+}
+
+// probe: one warp per lookup p. Reads the table only. slot_of[p] = the slot serving
+// lookup p, or -1 with (p, key) appended to the read-back list of misses.
+template <class W>
+LCR_WARP_FN void probe_lookup(W& w, const SlabTable& t, const int64_t* keys, int64_t p, int64_t* slot_of,
+                              int64_t* readback) {
+    const int64_t key = keys[p];
+    if (key < 0) {  // warp-uniform: the host raises before anything changes
+        if (w.lane() == 0) {
+            slot_of[p] = -1;
+            readback[kBadKey] = 1;
+        }
+        return;
+    }
+    const int64_t slot = warp_probe(w, t, key);
+    if (w.lane() == 0) {
+        slot_of[p] = slot;
+        if (slot < 0) {
+            const int64_t entry = w.atomic_add(&readback[kMissCount], int64_t(1));
+            readback[kMissEntries + 2 * entry] = p;
+            readback[kMissEntries + 2 * entry + 1] = key;
+        }
+    }
+}
+
+// refresh: one thread per lookup. The first lookup of a hit key (smallest position p)
+// leaves stamp clock + p. Stamps only go down once they are >= clock, so exactly one
+// thread lifts a slot's stamp over the clock: it alone does the LARU bookkeeping and
+// counts the distinct hit.
+template <class W>
+LCR_WARP_FN void refresh_lookup(W& w, const SlabTable& t, const int64_t* slot_of, int64_t p, int64_t clock,
+                                int64_t* hit_count) {
+    const int64_t slot = slot_of[p];
+    if (slot < 0) return;
+    const int64_t wanted = clock + p;
+    int64_t seen = t.stamps[slot];
+    while (seen < clock || seen > wanted) {
+        const int64_t before = w.atomic_cas(&t.stamps[slot], seen, wanted);
+        if (before == seen) {
+            if (seen < clock) {  // this batch's first touch of the slot
+                if (t.old[slot]) {
+                    t.old[slot] = 0;
+                    w.atomic_add(&t.old_count[slot / kSlabsetSlots], int32_t(-1));  // slabset shared
+                }
+                w.atomic_add(hit_count, int64_t(1));
+            }
+            return;
+        }
+        seen = before;
+    }
+}
+
+// set_prediction: one warp per key; keys must be distinct (the caller keeps the last
+// value of a repeated key), since warps run in no particular order.
+template <class W>
+LCR_WARP_FN void set_prediction(W& w, const SlabTable& t, const int64_t* keys, const double* values, int64_t i) {
+    const int64_t slot = warp_probe(w, t, keys[i]);
+    const double value = values[i];
+    if (slot >= 0 && w.lane() == 0) t.predictions[slot] = value != value ? INFINITY : value;  // NaN: unknown
+}
+
+// One candidate slot during a victim search, compared lexicographically: a larger
+// prediction wins, then the older slot (smaller recency rank).
+struct Candidate {
+    double prediction;
+    int rank;
+    int64_t slot;
+    bool valid;
+};
+
+LCR_WARP_FN bool better(const Candidate& a, const Candidate& b) {
+    if (a.valid != b.valid) return a.valid;
+    if (a.prediction != b.prediction) return a.prediction > b.prediction;
+    return a.rank < b.rank;
+}
+
+template <class W>
+LCR_WARP_FN Candidate warp_best(W& w, Candidate c) {
+    for (int offset = 16; offset > 0; offset >>= 1) {
+        Candidate other;
+        other.prediction = w.shfl_xor(c.prediction, offset);
+        other.rank = w.shfl_xor(c.rank, offset);
+        other.slot = w.shfl_xor(c.slot, offset);
+        other.valid = w.shfl_xor(int(c.valid), offset) != 0;
+        if (better(other, c)) c = other;
+    }
+    return c;
+}
+
+// A full slabset seen by one warp: per lane its two slots, their evictability and
+// their rank among the evictable slots by stamp (0 = least recently used).
+struct WarpSlabset {
+    int64_t base;
+    int64_t slot[2];
+    bool evictable[2];
+    int rank[2];
+    int evictable_count;
+
+    template <class W>
+    LCR_WARP_FN WarpSlabset(W& w, const SlabTable& t, uint32_t index, int64_t clock) {
+        const int lane = w.lane();
+        base = int64_t(index) * kSlabsetSlots;
+        slot[0] = base + lane;
+        slot[1] = base + kSlabSlots + lane;
+        const int64_t stamp0 = t.stamps[slot[0]], stamp1 = t.stamps[slot[1]];
+        evictable[0] = stamp0 < clock;  // touched by this batch otherwise: pinned
+        evictable[1] = stamp1 < clock;
+        evictable_count = lane_count(w.ballot(evictable[0])) + lane_count(w.ballot(evictable[1]));
+        rank[0] = rank[1] = 0;
+        for (int src = 0; src < kWarpLanes; ++src) {
+            const int64_t other0 = w.shfl(stamp0, src);
+            const int64_t other1 = w.shfl(stamp1, src);
+            const bool live0 = w.shfl(int(evictable[0]), src) != 0;
+            const bool live1 = w.shfl(int(evictable[1]), src) != 0;
+            rank[0] += (live0 && other0 < stamp0) + (live1 && other1 < stamp0);
+            rank[1] += (live0 && other0 < stamp1) + (live1 && other1 < stamp1);
+        }
+    }
+
+    // Among the `count` oldest evictable slots, the one with the largest prediction.
+    template <class W>
+    LCR_WARP_FN int64_t predicted_victim(W& w, const SlabTable& t, int count) const {
+        Candidate best{0.0, 0, -1, false};
+        for (int s = 0; s < 2; ++s) {
+            const Candidate c{t.predictions[slot[s]], rank[s], slot[s], evictable[s] && rank[s] < count};
+            if (better(c, best)) best = c;
+        }
+        return warp_best(w, best).slot;
+    }
+
+    template <class W>
+    LCR_WARP_FN int64_t oldest(W& w) const {
+        const unsigned at0 = w.ballot(evictable[0] && rank[0] == 0);
+        const unsigned at1 = w.ballot(evictable[1] && rank[1] == 0);
+        return at0 ? base + lowest_lane(at0) : base + kSlabSlots + lowest_lane(at1);
+    }
+};
+
+LCR_WARP_FN bool record_has(const uint64_t* record, int64_t key) {
+    const uint32_t bit = record_bit_of(key);
+    return (record[bit / 64] >> (bit % 64)) & 1;
+}
+
+// LARU (Algorithm 1) inside one slabset; every lane returns the same victim.
+template <class W>
+LCR_WARP_FN int64_t laru_victim(W& w, const SlabTable& t, const WarpSlabset& set, uint32_t index, int64_t key) {
+    const int lane = w.lane();
+    uint64_t* record = t.record + int64_t(index) * kRecordWords;
+    const bool new_phase = t.old_count[index] == 0;
+    w.sync();  // every lane has read old_count before lane 0 rewrites it
+    if (new_phase) {  // everything cached becomes old
+        t.old[set.slot[0]] = 1;
+        t.old[set.slot[1]] = 1;
+        for (int word = lane; word < kRecordWords; word += kWarpLanes) record[word] = 0;
+        if (lane == 0) {
+            t.old_count[index] = kSlabsetSlots;
+            t.lambda_shift[index] = 0;
+        }
+        w.sync();
+    }
+    const int shift = t.lambda_shift[index];
+    if (record_has(record, key)) {  // a miss this phase's predictions caused: follow LRU
+        w.sync();  // every lane has read lambda_shift before lane 0 raises it
+        if (lane == 0) t.lambda_shift[index] = imin(shift + 1, kMaxLambdaShift);
+        return set.oldest(w);
+    }
+    const int count = imin(imax(kSlabsetSlots >> shift, 1), set.evictable_count);
+    if (count == 1) return set.oldest(w);
+    const int64_t victim = set.predicted_victim(w, t, count);
+    if (lane == 0) {
+        const uint32_t bit = record_bit_of(t.keys[victim]);
+        record[bit / 64] |= uint64_t(1) << (bit % 64);
+    }
+    return victim;
+}
+
+// insert_group: one warp per slabset group. members[starts[g] .. starts[g + 1]) index
+// the batch's distinct missing keys of one slabset, in batch order; `first` holds each
+// key's first position, so its stamp is stamp_base + first (stamp_base = clock + N).
+template <class W>
+LCR_WARP_FN void insert_group(W& w, const SlabTable& t, const int64_t* keys, const int64_t* first,
+                              const int64_t* members, const int64_t* starts, int64_t g, int64_t clock,
+                              int64_t stamp_base, int64_t* slots, int64_t* evicted) {
+    const int lane = w.lane();
+    for (int64_t m = starts[g]; m < starts[g + 1]; ++m) {
+        const int64_t i = members[m];
+        const int64_t key = keys[i];
+        const uint32_t index = slabset_of(key, t.num_slabsets);
+        const int64_t base = int64_t(index) * kSlabsetSlots;
+        const unsigned free0 = w.ballot(t.keys[base + lane] == kEmptyKey);
+        const unsigned free1 = w.ballot(t.keys[base + kSlabSlots + lane] == kEmptyKey);
+        int64_t slot = -1, victim_key = kEmptyKey;
+        if (free0 || free1) {
+            slot = free0 ? base + lowest_lane(free0) : base + kSlabSlots + lowest_lane(free1);
+        } else {
+            const WarpSlabset set(w, t, index, clock);
+            if (set.evictable_count > 0) {
+                switch (t.policy) {
+                    case kLru: slot = set.oldest(w); break;
+                    case kFpb: slot = set.predicted_victim(w, t, set.evictable_count); break;
+                    case kHf: slot = set.predicted_victim(w, t, imin(t.hf_window, set.evictable_count)); break;
+                    default: slot = laru_victim(w, t, set, index, key); break;
+                }
+                victim_key = t.keys[slot];
+            }
+        }
+        w.sync();  // every lane has read the slabset before lane 0 changes it
+        if (lane == 0) {
+            if (slot >= 0) {
+                if (t.old[slot]) {
+                    t.old[slot] = 0;
+                    t.old_count[index] -= 1;
+                }
+                t.keys[slot] = key;
+                t.stamps[slot] = stamp_base + first[i];
+                t.predictions[slot] = INFINITY;
+            }
+            slots[i] = slot;  // -1: bypassed, served from the store only
+            evicted[i] = victim_key;
+        }
+        w.sync();  // the next miss of this slabset must see this one's writes
+    }
+}
+
+}  // namespace slab_kernels
+}  // namespace lcr
