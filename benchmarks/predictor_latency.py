@@ -95,7 +95,7 @@ def bench_service(repeats: int) -> dict:
         assert client.metrics["fallbacks"] == 0, "service benchmark fell back"
         observations = (np.arange(1000), np.full(1000, 50_000))
         result["service_observe_1k_ms"] = median_ms(
-            lambda: client._post("/observe", encode_observations(*observations)),
+            lambda: client._post(0, "/observe", encode_observations(*observations), time.monotonic() + 1.0),
             repeats)
         client.close()
         return result

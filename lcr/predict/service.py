@@ -34,7 +34,6 @@ import asyncio
 import contextlib
 import hmac
 import logging
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
