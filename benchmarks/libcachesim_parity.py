@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from lcr.policies import POLICIES
 from lcr.sim.native import native_replay
 from lcr.traces import Trace, load_trace
 
@@ -43,6 +44,8 @@ LIBCACHESIM = {"arc": "ARC", "lirs": "LIRS", "s3fifo": "S3FIFO", "wtinylfu": "WT
 #: Below these sizes the definitions differ (docs/policies.md): libCacheSim's S3FIFO and
 #: W-TinyLFU admit nothing (a zero-slot queue), its LIRS can hold more than k keys.
 AGREE_FROM = {"s3fifo": 20, "wtinylfu": 100, "lirs": 200}
+#: libCacheSim's S3FIFO and W-TinyLFU abort the process on such tiny caches.
+LIBCACHESIM_MIN = {"s3fifo": 10, "wtinylfu": 10}
 
 
 def movielens(path: Path) -> Trace:
@@ -102,6 +105,9 @@ def main() -> int:
             for fraction in fractions:
                 capacity = max(1, int(fraction * trace.distinct_keys))
                 for policy in policies:
+                    if capacity < POLICIES[policy].min_capacity or capacity < LIBCACHESIM_MIN.get(policy, 1):
+                        print(f"| {name} | {len(trace):,} | {capacity:,} | {policy} | n/a (k too small) | | | | |")
+                        continue
                     run = native_replay(trace, policy, capacity)
                     theirs, their_s = libcachesim_misses(policy, path, capacity, len(trace))
                     diff = run.misses - theirs

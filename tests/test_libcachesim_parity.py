@@ -72,7 +72,8 @@ HEURISTIC_SOURCES = {
 
 def heuristic_misses(trace: Trace, name: str, capacity: int) -> int:
     """libCacheSim's misses with no next-access times (its SLRU reads them: W-TinyLFU)."""
-    cache = getattr(lcs, HEURISTICS[name])(cache_size=capacity)
+    # 2^16 hash buckets: the default 2^24 costs more to allocate than these slices to replay.
+    cache = getattr(lcs, HEURISTICS[name])(cache_size=capacity, hashpower=16)
     request = lcs.Request()
     request.obj_size = 1
     misses = 0
@@ -86,7 +87,7 @@ def heuristic_misses(trace: Trace, name: str, capacity: int) -> int:
 def test_heuristics_match_libcachesim(source):
     trace = HEURISTIC_SOURCES[source]().head(20_000)
     for name in sorted(HEURISTICS):
-        for capacity in (1, 10, 20, 100, 200, 300, 1000):
+        for capacity in (1, 20, 100, 200, 1000):
             if capacity < AGREE_FROM.get(name, 1) or capacity >= trace.distinct_keys:
                 continue
             ours = run_one(trace, PolicySpec(name), capacity, engine="native").misses

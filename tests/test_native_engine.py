@@ -278,3 +278,16 @@ def test_learned_async_predictions_run_natively_with_the_same_decisions():
         native.stats.pop("final_lambda", None)
         assert (python.misses, python.stats) == (native.misses, native.stats)
         assert native.stats["predictor_calls"] == len(trace)  # async: one call per request
+
+
+def test_cli_runs_the_heuristics_without_a_predictor(capsys):
+    # Prediction-free: no noise column, no predictor calls, same table from both engines.
+    argv = ["sim", "zipf:requests=4000,keys=600,alpha=0.9", "--cache", "2%,10%",
+            "--policies", "arc,lirs,s3fifo,wtinylfu,lfu:aging=500", "--predictor", "lightgbm"]
+    tables = {}
+    for engine in ("python", "native"):
+        assert lcr.cli.main([*argv, "--engine", engine]) == 0
+        tables[engine] = capsys.readouterr().out
+    assert tables["python"] == tables["native"]
+    rows = [line.split() for line in tables["native"].splitlines() if line.startswith(("arc", "lirs", "s3", "wt", "lfu"))]
+    assert len(rows) == 10 and all(row[2] == "-" and row[-1] == "0" for row in rows)
