@@ -56,7 +56,9 @@ def register(subparsers) -> None:
                    help="cache sizes in tokens, or %% of the trace's distinct tokens (comma-separated)")
     p.add_argument("--policies", default="lru,laru,fpb,hf,rlt,opt",
                    help=f"comma-separated, from {', '.join(POLICIES)}")
-    p.add_argument("--predictor", default="oracle", help="oracle, noisy:P, or lightgbm")
+    p.add_argument("--predictor", default="oracle",
+                   help="oracle, noisy:P, lightgbm (early first fit, recent intervals until then), "
+                        "intervals, or lightgbm-late (first fit after 10,000 accesses)")
     p.add_argument("--noise", default=None,
                    help="worst-case noise probabilities for oracle predictions, e.g. 0,0.5,1")
     p.add_argument("--engine", default="lcr", choices=ENGINES,

@@ -16,6 +16,9 @@ Rules (each measured in docs/kv.md; the options name the alternatives tried):
   whole phase; ``cached`` drops it once the node is cached again.
 * Fallback (``fallback``): ``round`` evicts the whole eviction round of an induced miss
   by LRU; ``one`` (the authors') gives one LRU eviction per induced miss.
+* Confidence (``confidence``): ``phase`` (Algorithm 1) resets lambda to 1 at every
+  phase start; ``earned`` keeps it across phases and multiplies it by b only after a
+  phase without an induced miss.
 * Shrink (``shrink_every``): lambda /= b once every ``shrink_every`` induced misses of a
   phase (default 1, Algorithm 1; the paper's LLM setting is k // 32, ``shrink_every=0``).
 * Only evictions a prediction decided (victim other than the oldest candidate) are
@@ -43,6 +46,7 @@ PHASES = ("nodes", "tokens")
 CHECKS = ("evict", "insert")
 RECORDS = ("phase", "cached")
 FALLBACKS = ("round", "one")
+CONFIDENCES = ("phase", "earned")
 
 
 class LARURules(_Predictive):
@@ -53,7 +57,7 @@ class LARURules(_Predictive):
 
     def __init__(self, predictor: NextAccessPredictor, k: int | None = None, b: float = 2.0,
                  shrink_every: int | None = 1, phase: str = "nodes", check: str = "evict",
-                 record: str = "cached", fallback: str = "round"):
+                 record: str = "cached", fallback: str = "round", confidence: str = "phase"):
         super().__init__(predictor)
         if k is not None and k < 1:
             raise ValueError(f"laru needs k >= 1, got {k}")
@@ -62,7 +66,8 @@ class LARURules(_Predictive):
         if shrink_every is not None and shrink_every < 0:
             raise ValueError(f"laru shrink_every must be >= 0 (0: every k // 32 misses), got {shrink_every}")
         for value, valid, what in ((phase, PHASES, "phase"), (check, CHECKS, "check"),
-                                   (record, RECORDS, "record"), (fallback, FALLBACKS, "fallback")):
+                                   (record, RECORDS, "record"), (fallback, FALLBACKS, "fallback"),
+                                   (confidence, CONFIDENCES, "confidence")):
             if value not in valid:
                 raise ValueError(f"laru {what} must be one of {', '.join(valid)}, got {value!r}")
         self.fixed_k = k
@@ -70,6 +75,7 @@ class LARURules(_Predictive):
         self.b = float(b)
         self.fixed_shrink_every = shrink_every or None
         self.phase, self.check, self.record, self.fallback = phase, check, record, fallback
+        self.confidence = confidence
         self.lam = 1.0
         self.old: set[int] = set()
         self.phase_tokens = 0           # phase="tokens": distinct tokens requested this phase
@@ -107,9 +113,10 @@ class LARURules(_Predictive):
                     self.phase_tokens += size
 
     def on_split(self, key, lower_key):
+        # A split is a request of the node's upper part: the node counts as requested,
+        # so its lower part does not join O (it would hold the phase open on blocks that
+        # leaf-OPT never sees as separate, and register misses exact predictions cause).
         super().on_split(key, lower_key)
-        if key in self.old:
-            self.old.add(lower_key)
         if key in self._phase_seen:
             self._phase_seen.add(lower_key)
 
@@ -185,7 +192,8 @@ class LARURules(_Predictive):
         self.old = set(self.last_access)
         self.phase_tokens, self._phase_seen = 0, set()
         self.k = self.fixed_k or max(1, len(self.old))
-        self.lam = 1.0
+        if self.confidence == "phase" or self._induced_in_phase == 0:
+            self.lam = min(1.0, self.lam * self.b) if self.confidence == "earned" else 1.0
         self.evicted_by_prediction.clear()
         self._induced_in_phase = 0
         self.stats.extra["phases"] += 1
