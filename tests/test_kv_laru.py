@@ -155,8 +155,8 @@ def test_incremental_window_makes_the_spec_decisions_victim_by_victim(noise, opt
 
 
 def test_oracle_laru_equals_leaf_opt_and_inverted_stays_near_lru():
-    w = build_workload(generate("online_qa:conversations=600,seed=2"))
-    for capacity in (w.distinct_tokens * 5 // 100, w.distinct_tokens * 8 // 100):
+    w = build_workload(generate("online_qa:conversations=400,seed=2"))
+    for capacity in (w.distinct_tokens * 5 // 100, w.distinct_tokens * 10 // 100):
         opt = replay_lcr(w, capacity, make_policy("opt", w))
         lru = replay_lcr(w, capacity, make_policy("lru", w))
         assert replay_lcr(w, capacity, LARU(PathOracle(w))) >= 0.995 * opt

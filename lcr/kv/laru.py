@@ -249,10 +249,12 @@ class LARU(LARURules):
         self._l = 1
         self._now = 0
         self._failed = False
+        self._predicted: set[int] = set()  # keys predicted in this round
 
     def begin_round(self, now):
         self._ready = False
         self._now = now
+        self._predicted: set[int] = set()  # keys predicted in this round
 
     def window_choice(self, leaves, now):
         if not self._ready:
@@ -275,7 +277,10 @@ class LARU(LARURules):
         if victim in self._in_window:
             self._in_window.discard(victim)
             self._members.discard((last, victim))
-        self._hint = self.view.parent_key(victim) if self.view is not None else None
+        if self.view is not None and self.view.knows_parents:
+            self._hint = self.view.parent_key(victim)
+        else:
+            self._ready = False  # no parent hints: walk the window again at the next pick
 
     def _fill_window(self, leaves):
         self._l = self.window
@@ -283,7 +288,7 @@ class LARU(LARURules):
         self._in_window = {key for _, key in self._members}
         self._heap = []
         self._hint = None
-        self._failed = False
+        self._failed = False if not self._predicted else self._failed
         self._ready = True
         self._add(list(self._members))
 
@@ -315,9 +320,11 @@ class LARU(LARURules):
         leaf needs no prediction: it is LRU's choice)."""
         if self._l <= 1 or self._failed or not entries:
             return
-        if not self.predict([key for _, key in entries], self._now):
+        keys = [key for _, key in entries if key not in self._predicted]
+        if keys and not self.predict(keys, self._now):
             self._failed = True  # the rest of this round follows LRU
             return
+        self._predicted.update(keys)
         rank = self.table.rank
         for last, key in entries:
             heapq.heappush(self._heap, (-rank(key), last, key))
