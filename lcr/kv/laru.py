@@ -44,7 +44,7 @@ import math
 
 from sortedcontainers import SortedList
 
-from lcr.kv.policies import _Predictive, as_container
+from lcr.kv.policies import _Predictive, as_container, restamp
 from lcr.policies.predictions import NextAccessPredictor
 
 PHASES = ("nodes", "tokens")
@@ -193,11 +193,7 @@ class LARURules(_Predictive):
 
     # Phases and induced misses --------------------------------------------------------
     def _stamp(self, key: int, t: int) -> None:
-        old = self._requested_at.get(key)
-        if old is not None:
-            self.requested.discard((old, key))
-        self._requested_at[key] = t
-        self.requested.add((t, key))
+        restamp(self._requested_at, self.requested, key, t)
 
     def _phase_over(self) -> bool:
         if not self._started:
