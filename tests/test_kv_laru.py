@@ -181,3 +181,12 @@ def test_the_tree_tells_the_policy_each_miss_and_each_parent():
         1 for t, r in enumerate(w.requests) if all(w.next_use(p, -1) < t for p in r.paths))
     child = next(n for n in tree.nodes.values() if n.parent is not tree.root)
     assert tree.parent_key(child.key) == child.parent.key
+
+
+def test_a_split_counts_as_a_request_of_the_node_so_its_lower_part_does_not_hold_the_phase():
+    policy = filled(LARU, 2, {})
+    policy.begin_eviction(None, 2)  # phase 1: O = {0, 1}
+    policy.on_split(0, 100)  # a request diverged inside node 0
+    policy.on_access([0, 1], 3, [10, 20])
+    policy.begin_eviction(None, 4)
+    assert policy.stats.extra["phases"] == 2
