@@ -190,3 +190,11 @@ def test_a_split_counts_as_a_request_of_the_node_so_its_lower_part_does_not_hold
     policy.on_access([0, 1], 3, [10, 20])
     policy.begin_eviction(None, 4)
     assert policy.stats.extra["phases"] == 2
+
+
+def test_shrink_every_defaults_to_every_miss_and_zero_means_k_over_32():
+    assert LARU(Table({})).shrink_every == 1
+    assert LARU(Table({}), shrink_every=None).shrink_every == 1
+    policy = filled(LARU, 100, {}, shrink_every=0)
+    policy.begin_eviction(None, 100)
+    assert policy.shrink_every == 100 // 32

@@ -80,7 +80,8 @@ class LARURules(_Predictive):
         self.fixed_k = k
         self.k = k or 1
         self.b = float(b)
-        self.fixed_shrink_every = shrink_every or None
+        # None: the default (every miss, Algorithm 1); 0: the paper's k // 32.
+        self.fixed_shrink_every = None if shrink_every == 0 else (shrink_every or 1)
         self.phase, self.check, self.record, self.fallback = phase, check, record, fallback
         self.confidence, self.induced = confidence, induced
         self.lam = 1.0
