@@ -71,7 +71,7 @@ def make_serving_predictor(options: dict):
 def build_policy(config: PolicyConfig, capacity_tokens: int, page_size: int = 1) -> P.LeafPolicy:
     o = config.options
     if config.policy == "rlt":
-        return P.RLT(seed=int(o.get("seed", 0)))
+        return P.RLT(seed=int(o.get("seed", 0)), whole_leaf=True)  # SGLang evicts whole nodes
     predictor = make_serving_predictor(o)
     if config.policy == "laru":
         return P.LARU(predictor, k=o.get("k"), b=float(o.get("b", 2.0)), shrink_every=o.get("shrink_every"))
