@@ -71,19 +71,44 @@ def prediction_cost(model: Classifier, conversations, encoder: SentenceEncoder, 
             "max_s": max(passes)}
 
 
+def measure_cost(report: dict, convs, encoder, models: dict, seed: int) -> None:
+    import os
+
+    _, held = split_conversations(convs, seed)
+    report["cost_per_request"] = {"load_average_before": os.getloadavg()[0]}
+    for label in ("mlp/paper", "lightgbm/length"):
+        cost = prediction_cost(Classifier.load(models[label]), held[:10], encoder, requests=20)
+        report["cost_per_request"][label] = cost
+        print(f"cost {label:22s} {cost['median_s'] * 1e3:7.2f} ms/request "
+              f"(min {cost['min_s'] * 1e3:.2f}, max {cost['max_s'] * 1e3:.2f}; {cost['requests']} requests x 3)")
+    report["cost_per_request"]["load_average_after"] = os.getloadavg()[0]
+    print(f"(1-minute load average {report['cost_per_request']['load_average_before']:.1f} before, "
+          f"{report['cost_per_request']['load_average_after']:.1f} after, on {os.cpu_count()} cores)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", default=str(Path(__file__).resolve().parents[2] / "shared" / "data"))
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "lpc.json"))
     parser.add_argument("--plot", default=str(Path(__file__).resolve().parents[1] / "docs" / "kv" / "lpc_hit_rate.png"))
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--cost-only", action="store_true",
+                        help="only re-measure the prediction cost (models from a previous run's --models)")
+    parser.add_argument("--models", help="keep the trained models in this directory (default: a temp dir)")
     args = parser.parse_args()
     chats = Path(args.data) / CHATS
     if not chats.exists():
         raise SystemExit(f"skipping: {chats} not present")
     convs = load_conversations(chats)
     encoder = SentenceEncoder()
-    tmp = Path(tempfile.mkdtemp(prefix="lcr-lpc-"))
+    tmp = Path(args.models) if args.models else Path(tempfile.mkdtemp(prefix="lcr-lpc-"))
+    tmp.mkdir(parents=True, exist_ok=True)
+    if args.cost_only:
+        report = json.loads(Path(args.out).read_text())
+        measure_cost(report, convs, encoder, {label: tmp / f"{label.replace('/', '-')}.pt"
+                                              for label, _, _ in PREDICTORS}, args.seed)
+        Path(args.out).write_text(json.dumps(report, indent=1, default=float))
+        return
     report = {"machine": machine_description(), "chats": str(chats), "predictors": {}}
 
     # 1. Predictors, scored on the held-out half.
@@ -140,13 +165,7 @@ def main() -> None:
               f"{row['vs_lru']:7.3f} {saving:>11s}")
 
     # 3. Prediction cost per request (one at a time, embeddings not cached).
-    _, held = split_conversations(convs, args.seed)
-    report["cost_per_request"] = {}
-    for label in ("mlp/paper", "lightgbm/paper", best):
-        cost = prediction_cost(Classifier.load(models[label]), held[:25], encoder)
-        report["cost_per_request"][label] = cost
-        print(f"cost {label:22s} {cost['median_s'] * 1e3:7.2f} ms/request "
-              f"(min {cost['min_s'] * 1e3:.2f}, max {cost['max_s'] * 1e3:.2f}; {cost['requests']} requests x 3)")
+    measure_cost(report, convs, encoder, models, args.seed)
 
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=1, default=float))

@@ -219,10 +219,10 @@ def test_predictor_learns_from_text_beyond_turn_counts(tmp_path, encoder, kind):
     from lcr.lpc.train import train
 
     path = write_jsonl(tmp_path / "chats.jsonl", signal_chats(120))
-    report = train(load_conversations(path), kind, encoder=encoder, epochs=20)
+    # Small batches: with 64 the MLP would take only ~40 Adam steps on this little data.
+    report = train(load_conversations(path), kind, encoder=encoder, epochs=20, batch_size=8)
     model, baseline = report.held_out
-    # (few, short epochs: the MLP takes ~40 Adam steps here, LightGBM fits it outright)
-    assert model.mcc > 0.5 and model.mcc > baseline.mcc + 0.25, (model, baseline)
+    assert model.mcc > 0.8 and model.mcc > baseline.mcc + 0.3, (model, baseline)
     assert model.f1_macro > baseline.f1_macro + 0.1
     report.model.save(tmp_path / "m.pt")
     loaded = Classifier.load(tmp_path / "m.pt")

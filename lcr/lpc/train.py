@@ -48,7 +48,8 @@ class TrainReport:
 
 
 def train(conversations: list[Conversation], kind: str = "mlp", *, encoder: SentenceEncoder | None = None,
-          features: str = "paper", epochs: int = 20, seed: int = 0, val_fraction: float = 0.2) -> TrainReport:
+          features: str = "paper", epochs: int = 20, seed: int = 0, val_fraction: float = 0.2,
+          batch_size: int = 64) -> TrainReport:
     """Train on one half of the conversations (its own ``val_fraction`` of conversations
     picks the best epoch), score on the other half against the turns-only baseline."""
     if kind not in ("mlp", "lightgbm"):
@@ -72,7 +73,8 @@ def train(conversations: list[Conversation], kind: str = "mlp", *, encoder: Sent
     x_fit = model.features(fit.x, fit.turns, fit.lengths)
     x_val = model.features(val.x, val.turns, val.lengths)
     if kind == "mlp":
-        model.state, model.history = train_mlp(x_fit, fit.labels, x_val, val.labels, epochs=epochs, seed=seed)
+        model.state, model.history = train_mlp(x_fit, fit.labels, x_val, val.labels, epochs=epochs, seed=seed,
+                                                batch_size=batch_size)
         model.state["input_dim"] = x_fit.shape[1]
     else:
         model.state = train_lightgbm(x_fit, fit.labels, x_val, val.labels, seed=seed)
