@@ -12,11 +12,12 @@ def _command_modules():
     from lcr.checkpoints import cli as ckpt_cli
     from lcr.embedding import bench_cli
     from lcr.kv import cli as kv_cli
+    from lcr.lpc import cli as lpc_cli
     from lcr.predict import cli as predict_cli
     from lcr.route import cli as route_cli
     from lcr.sim import cli as sim_cli
 
-    return [sim_cli, ckpt_cli, kv_cli, predict_cli, bench_cli, route_cli]
+    return [sim_cli, ckpt_cli, kv_cli, predict_cli, bench_cli, route_cli, lpc_cli]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -14,7 +14,7 @@ import sys
 
 from lcr.errors import LcrInputError
 
-POLICIES = ("lru", "laru", "fpb", "hf", "rlt")
+POLICIES = ("lru", "laru", "fpb", "hf", "rlt", "lpc")
 _OWN_FLAGS = ("--radix-cache-backend", "--radix-eviction-policy-config")
 
 

@@ -271,8 +271,13 @@ class RLTRadixCache(PolicyRadixCache):
     policy_name = "rlt"
 
 
+class LPCRadixCache(PolicyRadixCache):
+    policy_name = "lpc"
+
+
 CACHE_CLASSES: dict[str, type[PolicyRadixCache]] = {
-    cls.policy_name: cls for cls in (LARURadixCache, FPBRadixCache, HFRadixCache, RLTRadixCache)}
+    cls.policy_name: cls for cls in (LARURadixCache, FPBRadixCache, HFRadixCache, RLTRadixCache,
+                                     LPCRadixCache)}
 
 
 def _backend_factory(cache_class: type[PolicyRadixCache]) -> Callable:

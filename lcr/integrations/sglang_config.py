@@ -18,6 +18,7 @@ POLICY_OPTIONS = {
     "fpb": {"predictor", "predictor_url", "predictor_timeout_ms"},
     "hf": {"window", "predictor", "predictor_url", "predictor_timeout_ms"},
     "rlt": {"seed"},
+    "lpc": {"scale", "prior"},  # lcr.lpc.serving: no request text reaches the policy yet
 }
 PREDICTORS = ("lightgbm", "intervals")
 
@@ -72,6 +73,10 @@ def build_policy(config: PolicyConfig, capacity_tokens: int, page_size: int = 1)
     o = config.options
     if config.policy == "rlt":
         return P.RLT(seed=int(o.get("seed", 0)), whole_leaf=True)  # SGLang evicts whole nodes
+    if config.policy == "lpc":
+        from lcr.lpc.serving import serving_lpc
+
+        return serving_lpc(**o)
     predictor = make_serving_predictor(o)
     if config.policy == "laru":
         return P.LARU(predictor, k=o.get("k"), b=float(o.get("b", 2.0)), shrink_every=o.get("shrink_every"))

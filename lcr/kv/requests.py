@@ -33,6 +33,7 @@ class BlockWorkload:
 
     def __init__(self, requests: list[BlockRequest], name: str = "trace"):
         self.name = name
+        self.meta: dict = {}  # the trace's meta (chat traces: what LPC needs)
         self.path_count = 1 + max((max(r.paths) for r in requests if r.paths), default=-1)
         # A path keeps the token count it had when first seen: a later request that
         # disagrees must not make the same cached block change size.
@@ -102,4 +103,6 @@ def build_workload(trace: Trace, block_tokens: int = BLOCK_TOKENS) -> BlockWorkl
             parent = path_ids.setdefault((parent, keys[i]), len(path_ids))
             paths.append(parent)
         requests.append(BlockRequest(tuple(paths), tuple(sizes[offsets[r]:offsets[r + 1]])))
-    return BlockWorkload(requests, trace.name)
+    workload = BlockWorkload(requests, trace.name)
+    workload.meta = trace.meta
+    return workload

@@ -25,8 +25,18 @@ _FACTORIES: dict[str, Callable[..., P.LeafPolicy]] = {
     "rlt": lambda workload, predictor, seed, **params: P.RLT(seed=seed, **params),
     "opt": lambda workload, predictor, seed, **params: P.FurthestNextUse(workload.next_use, **params),
     "laru-spec": lambda workload, predictor, seed, **params: LARUSpec(predictor, **params),
+    # LPC (lcr.lpc.sim): chat traces only; model=PATH|oracle
+    "lpc": lambda workload, predictor, seed, **params: _lpc().lpc_policy(workload, **params),
+    "lpc-oracle": lambda workload, predictor, seed, **params: _lpc().lpc_policy(workload, "oracle", **params),
+    "laru-lpc": lambda workload, predictor, seed, **params: _lpc().laru_lpc_policy(workload, **params),
 }
 POLICIES = tuple(_FACTORIES)
+
+
+def _lpc():
+    import lcr.lpc.sim
+
+    return lcr.lpc.sim
 
 
 def make_policy(name: str, workload: BlockWorkload, *, predictor=None, seed: int = 0,

@@ -12,6 +12,7 @@ import numpy as np
 
 from lcr.errors import LcrInputError
 from lcr.traces.guard import require_memory
+from lcr.lpc.workload import sharegpt
 from lcr.traces.moe import llama_moe, mixtral, moe
 from lcr.traces.trace import Trace
 
@@ -143,6 +144,7 @@ def aibrix(sessions: int = 1_000, system_prompts: int = 8, system_tokens: int = 
 GENERATORS: dict[str, Callable[..., Trace]] = {
     "zipf": zipf, "loop": loop, "scan": scan, "online_qa": online_qa, "aibrix": aibrix,
     "moe": moe, "mixtral": mixtral, "llama_moe": llama_moe,
+    "sharegpt": sharegpt,  # lcr.lpc.workload: closed-loop chat replay with real token ids
 }
 
 

@@ -1,0 +1,59 @@
+"""The predictor's input for one user turn: the new prompt and up to ``history``
+earlier user prompts (replies are left out, as in the paper), fitted into the
+encoder's token budget, plus the number of turns so far. lcr adds two lengths the paper does not use (feature
+set ``paper+length``): the new prompt's tokens and the conversation's tokens so far.
+
+The budget is split evenly over the prompts present (a first turn gets the whole
+budget; the paper splits over N+1 slots, which wastes budget on short conversations),
+and each share keeps half its tokens from the prompt's head and half from its tail:
+a long prompt's middle matters least to a small encoder.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lcr.lpc.chats import Conversation
+
+HISTORY = 4
+SEPARATOR = " | "
+
+
+@dataclass(frozen=True)
+class Example:
+    text: str
+    turns: int        # user turns so far, this one included
+    continues: bool   # the label
+    conversation: int  # index into the conversation list
+    prompt_tokens: int = 0   # the new prompt's length
+    context_tokens: int = 0  # user and assistant tokens before it
+
+
+def head_tail(ids: list[int], budget: int) -> list[int]:
+    if len(ids) <= budget:
+        return ids
+    head = (budget + 1) // 2
+    return ids[:head] + ids[len(ids) - (budget - head):] if budget > head else ids[:head]
+
+
+def turn_text(prompts: list[str], tokenizer, budget: int) -> str:
+    """The prompts (oldest first) cut to ``budget`` tokens in all, joined."""
+    share = max(budget // max(len(prompts), 1), 2)
+    parts = []
+    for prompt in prompts:
+        ids = tokenizer.encode(prompt, add_special_tokens=False).ids
+        parts.append(tokenizer.decode(head_tail(ids, share)))
+    return SEPARATOR.join(parts)
+
+
+def examples(conversations: list[Conversation], tokenizer, budget: int,
+             history: int = HISTORY) -> list[Example]:
+    out = []
+    for c, conv in enumerate(conversations):
+        users = [t.user for t in conv.turns]
+        user_len = [len(tokenizer.encode(u, add_special_tokens=False).ids) for u in users]
+        reply_len = [len(tokenizer.encode(t.assistant, add_special_tokens=False).ids) for t in conv.turns]
+        for i in range(len(users)):
+            prompts = users[max(0, i - history):i + 1]
+            out.append(Example(turn_text(prompts, tokenizer, budget), i + 1, conv.continues_after(i), c,
+                               user_len[i], sum(user_len[:i]) + sum(reply_len[:i])))
+    return out
