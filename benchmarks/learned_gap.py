@@ -23,7 +23,7 @@ import numpy as np
 from lcr.policies import POLICIES
 from lcr.predict.lightgbm_model import LightGBMConfig
 from lcr.predict.replayed import replay_model
-from lcr.sim.native import NATIVE_POLICIES, native_replay
+from lcr.sim.native import native_replay
 from lcr.sim.report import machine_description
 from lcr.sim.sweep import PolicySpec, run_one
 from lcr.traces import Trace, load_trace
@@ -37,10 +37,11 @@ HEURISTICS = ("arc", "lirs", "s3fifo", "wtinylfu")
 #: The model variants, one configuration each for every trace and size.
 VARIANTS = {
     "regression": dict(objective="regression"),
-    "belady": dict(objective="belady", rank="odds"),
+    "belady": dict(objective="belady", rank="time"),
     "belady-p": dict(objective="belady", rank="probability"),
 }
-LEARNED_POLICIES = ("laru", "fpb")
+#: Policies driven by each variant's predictions: (label, native core, parameters).
+LEARNED_POLICIES = (("laru", "laru", {}), ("laru-b1.1", "laru", {"b": 1.1}), ("fpb", "fpb", {}))
 
 
 def load_movielens(path: Path) -> Trace:
@@ -72,10 +73,9 @@ def run_trace(trace: Trace, variants: dict, heuristics: list[str]) -> list[dict]
             start = time.perf_counter()
             model = replay_model(trace, LightGBMConfig(background=False, capacity=k, **params))
             timing[variant] = (time.perf_counter() - start) / len(trace)
-            for policy in LEARNED_POLICIES:
-                if policy in NATIVE_POLICIES:
-                    run = native_replay(trace, policy, k, model.values, mode="async")
-                    misses[f"{policy}+{variant}"] = len(trace) - int(run.hits.sum())
+            for label, policy, params in LEARNED_POLICIES:
+                run = native_replay(trace, policy, k, model.values, mode="async", **params)
+                misses[f"{label}+{variant}"] = len(trace) - int(run.hits.sum())
         n = len(trace)
         hit = {name: 1 - m / n for name, m in misses.items()}
         row = {"trace": trace.name, "requests": n, "fraction": fraction, "capacity": k,
@@ -91,7 +91,7 @@ def run_trace(trace: Trace, variants: dict, heuristics: list[str]) -> list[dict]
 
 
 def summarize(rows: list[dict], heuristics: list[str]) -> dict:
-    learned = sorted({name for r in rows for name in r["hit_ratio"] if name.startswith("laru+")})
+    learned = sorted({name for r in rows for name in r["hit_ratio"] if name.startswith("laru")})
     out = {}
     for name in learned + heuristics:
         gaps = [r["gap_closed"][name] for r in rows]

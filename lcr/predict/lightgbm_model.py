@@ -58,7 +58,7 @@ class LightGBMConfig:
     retrain_every: int = 5_000    # accesses between fits
     window: int = 40_000          # samples kept (the latest ones)
     objective: str = "regression"
-    rank: str = "aging"           # how the model output becomes an answer (see above)
+    rank: str = "time"            # how the model output becomes an answer (see above)
     target: str = "log"           # regression: fit log1p(interval) or interval / boundary (the mean)
     capacity: int | None = None   # cache size the boundary is for; None: capacity_fraction of keys seen
     capacity_fraction: float = 0.05
@@ -118,7 +118,7 @@ class _Model:
     version: int
     forest: object | None = None  # the booster compiled to lcr._native.Forest, when possible
     objective: str = "regression"
-    rank: str = "aging"
+    rank: str = "time"
     boundary: float = 1.0
     target: str = "log"
     horizon_factor: float = 4.0
