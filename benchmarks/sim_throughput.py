@@ -1,6 +1,6 @@
 """Replay throughput of lcr's native cores next to libCacheSim's, in one run.
 
-    python benchmarks/sim_throughput.py [--requests 10000000] [--keys 1000000] [--repeats 3]
+    python benchmarks/sim_throughput.py [--requests 10000000] [--keys 1000000] [--repeats 3] [--heuristics]
 
 Trace: Zipf alpha = 1.0 over 1M keys, 10M requests, unit sizes, cache = 1% of the keys.
 lcr replays LRU, OPT, LARU (oracle predictions, and p = 0.5 noise), FPB and HF; libCacheSim
@@ -9,6 +9,10 @@ its C trace reader. Engines run interleaved, ``--repeats`` rounds, best time kep
 the machine is shared. lcr's time includes remapping keys to dense ids (done once per
 trace in a sweep, but counted here in every replay); OPT and Belady both get the
 precomputed next-use array for free.
+
+``--heuristics`` adds ARC, LIRS, S3-FIFO, W-TinyLFU and LFU on both sides (libCacheSim's
+W-TinyLFU reads the file's next-access times, which skip some SLRU promotions, so its miss
+ratio here is not the parity one; benchmarks/libcachesim_parity.py checks misses).
 
 Prints Mreq/s, ratios to libCacheSim and peak memory; writes
 benchmarks/results/sim_throughput.json with a machine description.
@@ -34,6 +38,9 @@ from lcr.traces import NEVER, Trace, generate
 RESULTS = Path(__file__).resolve().parent / "results" / "sim_throughput.json"
 TARGETS = {"lru": ("libcachesim LRU", 1.0), "opt": ("libcachesim Belady", 1.0),
            "laru (oracle)": ("libcachesim LRU", 0.6), "laru (p=0.5)": ("libcachesim LRU", 0.6)}
+# lcr policy -> libCacheSim class, for --heuristics; target: within 2x of libCacheSim's speed.
+HEURISTICS = {"arc": "ARC", "lirs": "LIRS", "s3fifo": "S3FIFO", "wtinylfu": "WTinyLFU", "lfu": "LFU"}
+HEURISTIC_TARGET = 0.5
 
 
 def write_oracle_general(trace: Trace, path: Path) -> None:
@@ -84,6 +91,7 @@ def main() -> None:
     ap.add_argument("--alpha", type=float, default=1.0)
     ap.add_argument("--cache", type=float, default=0.01, help="cache size as a fraction of the keys")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--heuristics", action="store_true", help="also ARC, LIRS, S3-FIFO, W-TinyLFU, LFU")
     args = ap.parse_args()
     import libcachesim as lcs
 
@@ -91,6 +99,13 @@ def main() -> None:
     capacity = max(1, round(args.cache * args.keys))
     trace.next_use  # computed once, outside every timing (Belady's file carries it too)
     runs = lcr_runs(trace, capacity)
+    theirs = {"libcachesim LRU": lcs.LRU, "libcachesim Belady": lcs.Belady}
+    targets = dict(TARGETS)
+    if args.heuristics:
+        for name, cls in HEURISTICS.items():
+            runs[name] = (name, None)
+            theirs[f"libcachesim {cls}"] = getattr(lcs, cls)
+            targets[name] = (f"libcachesim {cls}", HEURISTIC_TARGET)
     times: dict[str, list[float]] = {}
     misses: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -101,7 +116,7 @@ def main() -> None:
                 seconds, miss = time_lcr(trace, name, capacity, predictions)
                 times.setdefault(label, []).append(seconds)
                 misses[label] = miss / len(trace)
-            for label, cls in (("libcachesim LRU", lcs.LRU), ("libcachesim Belady", lcs.Belady)):
+            for label, cls in theirs.items():
                 seconds, miss_ratio = time_libcachesim(cls, path, capacity)
                 times.setdefault(label, []).append(seconds)
                 misses[label] = miss_ratio
@@ -112,7 +127,7 @@ def main() -> None:
         best = min(ts)
         rows[label] = {"best_s": best, "median_s": float(np.median(ts)), "times_s": ts,
                        "mreq_per_s": len(trace) / best / 1e6, "miss_ratio": misses[label]}
-    for label, (reference, target) in TARGETS.items():
+    for label, (reference, target) in targets.items():
         ratio = rows[reference]["best_s"] / rows[label]["best_s"]
         rows[label].update(vs=reference, ratio=ratio, target=target, meets_target=ratio >= target)
     print(f"# {trace.name}: {len(trace):,} requests, cache {capacity:,} items, best of {args.repeats}")

@@ -39,10 +39,21 @@ VARIANTS = [
     ("laru", {"mode": "async"}),
     ("laru", {"shrink_every": 3, "b": 1.5}),
     ("laru", {"mode": "async", "b": 4.0, "shrink_every": 2}),
+    ("arc", {}),
+    ("lirs", {}),
+    ("s3fifo", {}),
+    ("s3fifo", {"move_to_main": 1, "small_ratio": 0.25, "ghost_ratio": 0.5}),
+    ("wtinylfu", {}),
+    ("wtinylfu", {"window": 0.2}),
+    ("lfu", {}),
+    ("lfu", {"aging": 37}),
 ]
 
 
 def assert_same_decisions(trace: Trace, name: str, capacity: int, predictions=None, **params):
+    from lcr.policies import POLICIES
+
+    capacity = max(capacity, POLICIES[name].min_capacity)
     predictor = ArrayPredictor(predictions) if make_policy_uses_predictions(name) else None
     spec = make_policy(name, capacity, predictor=predictor, next_use=trace.next_use, **params)
     expected = replay(trace, spec, predictor, record_evictions=True)
@@ -82,7 +93,7 @@ def test_generated_traces_oracle_noise(workload, capacities, noise):
     predictions = oracle_predictions(trace, noise, seed=11)
     for capacity in capacities:
         for name, params in VARIANTS:
-            if name == "opt" and noise:  # OPT reads no predictions: one noise level is enough
+            if noise and not make_policy_uses_predictions(name):  # reads no predictions: one level is enough
                 continue
             assert_same_decisions(trace, name, capacity, predictions, **params)
 
@@ -237,7 +248,8 @@ def test_native_replay_rejects_bad_input():
         native_replay(trace, "lru", 0)
     with pytest.raises(ValueError, match="no native core"):
         native_replay(trace, "blind_oracle_lru", 4, np.zeros(100))
-    assert NATIVE_POLICIES == {"lru", "opt", "fpb", "hf", "laru", "marker", "sieve"}
+    assert NATIVE_POLICIES == {"lru", "opt", "fpb", "hf", "laru", "marker", "sieve",
+                               "arc", "lirs", "s3fifo", "wtinylfu", "lfu"}
 
 
 def test_cli_engines_print_the_same_table(capsys, tmp_path):

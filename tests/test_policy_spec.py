@@ -38,6 +38,7 @@ def build(name: str, trace: Trace, capacity: int, values=None, **params):
        values=st.lists(st.sampled_from([0.0, 1.0, 5.0, -3.0, math.nan, math.inf, -math.inf]),
                        min_size=120, max_size=120))
 def test_every_policy_keeps_cache_invariants(keys, capacity, name, values):
+    capacity = max(capacity, POLICIES[name].min_capacity)
     trace = Trace(np.array(keys))
     policy, predictor = build(name, trace, capacity, np.array(values[:len(keys)]))
     for t, key in enumerate(keys):
@@ -47,8 +48,11 @@ def test_every_policy_keeps_cache_invariants(keys, capacity, name, values):
         after = set(policy)
         assert hit == (key in before)
         assert key in after and len(after) <= capacity == policy.capacity
-        if policy.last_evicted is not None:
-            assert not hit and len(before) == capacity
+        if policy.last_evicted is not None and hit:  # LIRS, W-TinyLFU: a hit may evict another key
+            assert policy.evicts_on_hit and policy.last_evicted != key
+            assert after == before - {policy.last_evicted}
+        elif policy.last_evicted is not None:
+            assert len(before) == capacity or policy.evicts_on_hit
             assert policy.last_evicted in before and policy.last_evicted not in after
             assert after == (before - {policy.last_evicted}) | {key}
         elif not hit:

@@ -17,5 +17,10 @@ PYBIND11_MODULE(_native, m) {
     lcr::register_sim_laru(m);
     lcr::register_sim_marker(m);
     lcr::register_sim_sieve(m);
+    lcr::register_sim_arc(m);
+    lcr::register_sim_lirs(m);
+    lcr::register_sim_s3fifo(m);
+    lcr::register_sim_wtinylfu(m);
+    lcr::register_sim_lfu(m);
     lcr::register_forest(m);
 }

@@ -16,5 +16,11 @@ void register_sim_hf(pybind11::module_& m);
 void register_sim_laru(pybind11::module_& m);
 void register_sim_marker(pybind11::module_& m);
 void register_sim_sieve(pybind11::module_& m);
+// The heuristics a user would pick instead of a learned policy (issue 11).
+void register_sim_arc(pybind11::module_& m);
+void register_sim_lirs(pybind11::module_& m);
+void register_sim_s3fifo(pybind11::module_& m);
+void register_sim_wtinylfu(pybind11::module_& m);
+void register_sim_lfu(pybind11::module_& m);
 void register_forest(pybind11::module_& m);
 }  // namespace lcr

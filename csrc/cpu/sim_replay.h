@@ -86,6 +86,12 @@ public:
         ++c_.evictions;
         if (evicted_) evicted_[t] = victim;
     }
+    // An eviction on its own, for policies that may evict on a hit or more than once per
+    // request (LIRS, W-TinyLFU): every one is counted, the last is recorded.
+    void evicted(int64_t t, int32_t victim) {
+        ++c_.evictions;
+        if (evicted_) evicted_[t] = victim;
+    }
 
 private:
     uint8_t* hit_;

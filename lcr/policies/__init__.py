@@ -9,22 +9,28 @@ from __future__ import annotations
 from typing import Sequence
 
 from lcr.policies.base import Policy, PolicyStats
+from lcr.policies.arc import ARC
 from lcr.policies.blind_oracle_lru import BlindOracleLRU
 from lcr.policies.fpb import FPB
 from lcr.policies.hf import HF
 from lcr.policies.laru import LARU, llm_shrink_every
 from lcr.policies.laru_llru import LaruLLRU
+from lcr.policies.lfu import LFU
+from lcr.policies.lirs import LIRS
 from lcr.policies.llru import LLRU
 from lcr.policies.lru import LRU
 from lcr.policies.marker import Marker
 from lcr.policies.opt import OPT
 from lcr.policies.predictions import NextAccessPredictor, PredictionTable
 from lcr.policies.predictive_marker import PredictiveMarker
+from lcr.policies.s3fifo import S3FIFO
 from lcr.policies.sieve import Sieve
 from lcr.policies.split import LRUDist, MarkerDist, OPTDist
+from lcr.policies.wtinylfu import WTinyLFU
 
 _ALL = (LRU, OPT, FPB, HF, LARU, Marker, PredictiveMarker, BlindOracleLRU, Sieve,
-        LLRU, LRUDist, MarkerDist, OPTDist, LaruLLRU)
+        LLRU, LRUDist, MarkerDist, OPTDist, LaruLLRU,
+        ARC, LIRS, S3FIFO, WTinyLFU, LFU)  # the heuristics users would pick (issue 11)
 POLICIES: dict[str, type[Policy]] = {cls.name: cls for cls in _ALL}
 
 

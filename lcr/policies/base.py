@@ -43,10 +43,15 @@ class Policy(ABC):
     uses_future: ClassVar[bool] = False
     #: Whether the constructor takes the MoE shape ``layers`` and ``experts`` (layered paging).
     layered: ClassVar[bool] = False
+    #: Whether a hit may evict another key (libCacheSim's LIRS and W-TinyLFU's SLRU do).
+    evicts_on_hit: ClassVar[bool] = False
+    #: The smallest capacity the policy is defined for.
+    min_capacity: ClassVar[int] = 1
 
     def __init__(self, capacity: int):
-        if int(capacity) < 1:
-            raise ValueError(f"cache capacity must be at least 1 item, got {capacity}")
+        if int(capacity) < self.min_capacity:
+            raise ValueError(f"cache capacity must be at least {self.min_capacity} item"
+                             f"{'s' if self.min_capacity > 1 else ''} for {self.name}, got {capacity}")
         self.capacity = int(capacity)
         self.stats = PolicyStats()
         #: The key evicted by the latest ``access``, or None.
@@ -60,9 +65,16 @@ class Policy(ABC):
             self.stats.hits += 1
         else:
             self.stats.misses += 1
-            if self.last_evicted is not None:
-                self.stats.evictions += 1
+        if self.last_evicted is not None:  # a few policies (LIRS) also evict on a hit
+            self.stats.evictions += 1
         return hit
+
+    def _evict(self, key: int) -> None:
+        """Record that ``key`` left the cache. A policy that may evict several keys in one
+        request (libCacheSim's W-TinyLFU) reports the last and counts them all."""
+        if self.last_evicted is not None:
+            self.stats.evictions += 1
+        self.last_evicted = key
 
     @abstractmethod
     def _access(self, key: int, t: int) -> bool:

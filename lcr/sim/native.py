@@ -19,7 +19,8 @@ from lcr.sim.runner import Replay
 from lcr.traces import Trace
 
 #: Policies with a C++ core.
-NATIVE_POLICIES = frozenset({"lru", "opt", "fpb", "hf", "laru", "marker", "sieve"})
+NATIVE_POLICIES = frozenset({"lru", "opt", "fpb", "hf", "laru", "marker", "sieve",
+                             "arc", "lirs", "s3fifo", "wtinylfu", "lfu"})
 
 
 class _NoPredictor:
@@ -47,7 +48,7 @@ def native_replay(trace: Trace, name: str, capacity: int, predictions: np.ndarra
     """Replay ``trace`` through the C++ core of policy ``name``.
 
     ``params`` are the spec constructor's (``mode``, ``b``, ``shrink_every``, ``window``,
-    ``seed``); the spec class itself checks them and supplies the defaults.
+    ``seed``, ``aging``, ...); the spec class itself checks them and supplies the defaults.
     ``predictions`` (predictive policies only): the prediction made at each request.
     ``Replay.stats`` matches the spec's ``PolicyStats.as_dict()``; LARU adds ``final_lambda``.
     """
@@ -66,8 +67,16 @@ def native_replay(trace: Trace, name: str, capacity: int, predictions: np.ndarra
     ids, keys = dense_ids(trace)
     core = (ids, len(keys), spec.capacity)
     start = time.perf_counter()
-    if name in ("lru", "sieve"):
+    if name in ("lru", "sieve", "arc", "lirs"):
         hits, evicted, counters = getattr(_native, f"replay_{name}")(*core, record_evictions)
+    elif name == "s3fifo":
+        hits, evicted, counters = _native.replay_s3fifo(*core, spec.small_size, spec.ghost_size,
+                                                        spec.move_to_main, record_evictions)
+    elif name == "lfu":
+        hits, evicted, counters = _native.replay_lfu(*core, spec.aging, record_evictions)
+    elif name == "wtinylfu":  # its sketch hashes the keys themselves
+        hits, evicted, counters = _native.replay_wtinylfu(ids, keys, spec.capacity, spec.window_size,
+                                                          record_evictions)
     elif name == "opt":
         hits, evicted, counters = _native.replay_opt(*core, trace.next_use, record_evictions)
     elif name == "marker":
