@@ -323,3 +323,66 @@ def test_native_forest_equals_lightgbm_predict(params):
         forest.predict(X[:, :3])
     with pytest.raises(IndexError, match="row index"):
         forest.predict(X, np.array([len(X)]))
+
+
+# -- offline quality and the learned policies (issue 11) -----------------------------------------
+
+
+def _planted_periodic_trace(seed: int = 0):
+    """Periodic keys with key-specific periods (200..3000) interleaved with one-off keys:
+    recency alone cannot tell a long-period key from a one-off, the deltas can."""
+    from lcr.traces import Trace
+
+    rng = np.random.default_rng(seed)
+    periods = rng.integers(200, 3000, 150)
+    phases = rng.integers(0, 3000, 150)
+    events = [(phase + j * period, key) for key, (period, phase) in enumerate(zip(periods, phases))
+              for j in range(30000 // period + 1) if phase + j * period < 30000]
+    events += [(t, 1000 + i) for i, t in enumerate(rng.integers(0, 30000, 12000).tolist())]
+    events.sort()
+    return Trace(np.array([key for _, key in events]), name="planted-periodic")
+
+
+def _opt_victim_top_rate(trace, capacity, shuffle_features=False, monkeypatch=None):
+    from lcr.predict.evaluate import opt_victim_ranks, top_rate
+    from lcr.predict.replayed import replay_model
+
+    if shuffle_features:  # break the link between a sample's features and its label
+        original = SampledHistory.ripe
+
+        def shuffled(self, now, horizon):
+            X, y = original(self, now, horizon)
+            return X[np.random.default_rng(0).permutation(len(X))], y
+        monkeypatch.setattr(SampledHistory, "ripe", shuffled)
+    values = replay_model(trace, LightGBMConfig(background=False, capacity=capacity, objective="belady")).values
+    return top_rate(opt_victim_ranks(trace, values, capacity, samples=600))
+
+
+def test_offline_metric_beats_recency_on_a_planted_pattern_and_needs_the_features(monkeypatch):
+    from lcr.predict.evaluate import opt_victim_ranks, recency_answers, top_rate
+
+    trace = _planted_periodic_trace()
+    capacity = 60
+    recency = top_rate(opt_victim_ranks(trace, recency_answers(trace), capacity, samples=600))
+    learned = _opt_victim_top_rate(trace, capacity)
+    assert learned > recency + 0.2, (learned, recency)
+    shuffled = _opt_victim_top_rate(trace, capacity, shuffle_features=True, monkeypatch=monkeypatch)
+    assert shuffled < recency + 0.05, (shuffled, recency)
+
+
+def test_weak_model_keeps_laru_within_two_percent_of_lru_and_oracle_gives_opt():
+    from lcr.predict import make_predictions
+    from lcr.predict.replayed import replayed_predictions
+    from lcr.sim.native import native_replay
+    from lcr.traces import generate
+
+    trace = generate("zipf:requests=40000,keys=4000,alpha=0.9,seed=2")
+    for capacity in (40, 400):
+        lru = len(trace) - native_replay(trace, "lru", capacity).hits.sum()
+        weak = replayed_predictions(trace, LightGBMConfig(background=False, weak=True, capacity=capacity))
+        assert np.isfinite(weak[len(trace) // 2:]).all()  # the weak model did answer
+        laru = len(trace) - native_replay(trace, "laru", capacity, weak, mode="async").hits.sum()
+        assert laru <= 1.02 * lru, (capacity, laru, lru)
+        opt = native_replay(trace, "opt", capacity).hits.sum()
+        oracle = native_replay(trace, "laru", capacity, make_predictions("oracle", trace), mode="async")
+        assert oracle.hits.sum() == opt
