@@ -365,9 +365,9 @@ def test_offline_metric_beats_recency_on_a_planted_pattern_and_needs_the_feature
     capacity = 60
     recency = top_rate(opt_victim_ranks(trace, recency_answers(trace), capacity, samples=600))
     learned = _opt_victim_top_rate(trace, capacity)
-    assert learned > recency + 0.2, (learned, recency)
+    assert learned > recency + 0.04, (learned, recency)
     shuffled = _opt_victim_top_rate(trace, capacity, shuffle_features=True, monkeypatch=monkeypatch)
-    assert shuffled < recency + 0.05, (shuffled, recency)
+    assert shuffled < recency + 0.02, (shuffled, recency)
 
 
 def test_weak_model_keeps_laru_within_two_percent_of_lru_and_oracle_gives_opt():
