@@ -61,7 +61,7 @@ class LightGBMConfig:
     rank: str = "time"            # how the model output becomes an answer (see above)
     target: str = "log"           # regression: fit log1p(interval) or interval / boundary (the mean)
     capacity: int | None = None   # cache size the boundary is for; None: capacity_fraction of keys seen
-    capacity_fraction: float = 0.05
+    capacity_fraction: float = 0.05  # no cache size given (a shared service): 5% of keys, >= 64
     boundary_factor: float = 4.0  # the boundary, in characteristic times (see lcr.predict.boundary)
     horizon_factor: float = 2.0   # regression labels capped at this many boundaries
     span_factor: float = 2.0      # samples span this many horizons
@@ -204,7 +204,7 @@ class LightGBMPredictor(Predictor):
         """The relaxed-Belady boundary now, for ``capacity`` (None: the cache is not full yet)."""
         c = self.config
         last = self.features.last_times()
-        capacity = c.capacity or max(1, round(c.capacity_fraction * len(last)))
+        capacity = c.capacity or min(len(last), max(64, round(c.capacity_fraction * len(last))))
         span = belady_boundary(last, capacity, self._now)
         return None if span is None else c.boundary_factor * span
 
