@@ -58,7 +58,7 @@ class ServerThread:
 
 @pytest.fixture
 def service():
-    model = LightGBMPredictor(LightGBMConfig(background=False, retrain_every=10**9, window=4000,
+    model = LightGBMPredictor(LightGBMConfig(background=False, retrain_every=10**9, window=4000, min_samples=200,
                                              min_data_in_leaf=5))
     with ServerThread(create_app(model, token=TOKEN, max_body_bytes=1 << 16)) as server:
         yield server

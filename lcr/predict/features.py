@@ -5,7 +5,7 @@ Two layouts (``FeatureConfig.mode``):
 - ``full`` (LLM setting): the last ``n_deltas`` inter-access intervals, most recent
   first (NaN until seen); ``n_edcs`` exponentially decayed counters whose half-lives are
   geometrically spaced between ``edc_min_half_life`` and ``edc_max_half_life``; the
-  request count; then any static metadata the cache supplies (``static_fields``, e.g.
+  request count; the age (time since the key's first access); then any static metadata the cache supplies (``static_fields``, e.g.
   table id, layer id, tokens from root; NaN when not given).
 - ``compact`` (DLRM setting): time of the latest access, the key, the request count and
   the latest interval. Four columns keep inference cheap at high request rates.
@@ -31,10 +31,10 @@ _VECTOR_LOOKUP_MIN = 64  # below this many keys, dict probes beat numpy call ove
 @dataclass(frozen=True)
 class FeatureConfig:
     mode: str = "full"
-    n_deltas: int = 10
-    n_edcs: int = 10
+    n_deltas: int = 16
+    n_edcs: int = 8
     edc_min_half_life: float = 8.0
-    edc_max_half_life: float = float(2**17)
+    edc_max_half_life: float = float(2**20)
     static_fields: tuple[str, ...] = ()
 
     def __post_init__(self):
@@ -55,7 +55,7 @@ class FeatureConfig:
             return ["time", "key", "count", "last_delta"]
         return ([f"delta_{i}" for i in range(1, self.n_deltas + 1)]
                 + [f"edc_{i}" for i in range(1, self.n_edcs + 1)]
-                + ["count", *self.static_fields])
+                + ["count", "age", *self.static_fields])
 
     @property
     def width(self) -> int:
@@ -69,6 +69,7 @@ class _Layout:
     deltas: slice
     edcs: slice
     count: int
+    age: int
     static: int
 
 
@@ -85,13 +86,15 @@ class FeatureStore:
         self._slot: dict[int, int] = {}
         self._rows = np.full((initial_keys, self.width), np.nan)
         self._last_time = np.zeros(initial_keys)
+        self._first_time = np.zeros(initial_keys)
         # Per-time-unit decay of each EDC: after delta units a counter is scaled by decay**delta.
         self._decay = np.exp2(-1.0 / c.half_lives) if c.mode == "full" else None
         self._index_keys = np.zeros(0, dtype=np.int64)  # sorted keys, for batch lookups
         self._index_slots = np.zeros(0, dtype=np.int64)
         self._indexed = 0
-        self._layout = _Layout(slice(0, c.n_deltas), slice(c.n_deltas, c.n_deltas + c.n_edcs),
-                               c.n_deltas + c.n_edcs, c.n_deltas + c.n_edcs + 1)
+        edcs_end = c.n_deltas + c.n_edcs
+        self._layout = _Layout(slice(0, c.n_deltas), slice(c.n_deltas, edcs_end),
+                               edcs_end, edcs_end + 1, edcs_end + 2)
 
     def __len__(self) -> int:
         return len(self._slot)
@@ -104,6 +107,7 @@ class FeatureStore:
         slot = self._slot.get(key)
         if slot is None:
             slot = self._new_slot(key)
+            self._first_time[slot] = t
             delta = None
         else:
             delta = t - self._last_time[slot]
@@ -116,6 +120,7 @@ class FeatureStore:
                 row[3] = delta
         else:
             self._update_full(row, delta)
+            row[self._layout.age] = t - self._first_time[slot]
             if static is not None:
                 self._set_static(row, static)
         return row
@@ -146,6 +151,7 @@ class FeatureStore:
             grown[:slot] = self._rows
             self._rows = grown
             self._last_time = np.concatenate([self._last_time, np.zeros(slot)])
+            self._first_time = np.concatenate([self._first_time, np.zeros(slot)])
         row = self._rows[slot]
         row[:] = np.nan
         if self.config.mode == "compact":
@@ -206,8 +212,9 @@ class FeatureStore:
         """Rows allocated (slots below this are valid indices)."""
         return len(self._rows)
 
-    def last_times(self, slots: np.ndarray) -> np.ndarray:
-        return self._last_time[slots]
+    def last_times(self, slots: np.ndarray | None = None) -> np.ndarray:
+        """Latest access time of each slot (of every key seen when ``slots`` is None)."""
+        return self._last_time[:len(self._slot)] if slots is None else self._last_time[slots]
 
     def batch(self, keys: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(known, rows, last_times)``: a mask over ``keys``, then the rows and latest

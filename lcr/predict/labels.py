@@ -1,17 +1,21 @@
-"""Training samples from a sliding history window, and their labels.
+"""Training samples drawn online from the access stream, and their labels.
 
-The window keeps the latest ``capacity`` accesses: key, time and the key's feature row
-right after that access. Its newest part (``horizon``, half the window's time span by
-default) is look-ahead only: it labels the older samples and waits for the next fit to
-be labelled itself. A sample's label is the time until the same key's next access,
-capped at the horizon; a key not re-accessed within the horizon is censored at the
-horizon ("beyond the window"). Labelling only samples that had the whole horizon to
-see their next access keeps the newest samples, which have not had time to be
-re-accessed, from teaching the model that recent keys are never reused.
+``SampledHistory`` keeps up to ``capacity`` samples: key, time and the key's feature row
+right after that access. Each access is sampled with probability ``rate``, which the
+model sets so that the samples span a multiple of the label horizon: long enough to
+label reuse intervals as long as the ones that decide evictions at the cache's size,
+with memory bounded by ``capacity`` whatever the trace length.
 
-The model is fitted to ``log1p`` of the label, so errors count relatively.
+A sample's label is the time until the same key's next access. It is recorded when that
+access happens (one pending sample per key), and it is *ripe* once known for certain:
+only samples at least ``horizon`` old are handed to training, their interval capped at
+the horizon ("beyond"). Using only ripe samples keeps future information out (the model
+at time t sees only labels known by t) and keeps young samples, which have not had time
+to be re-accessed, from teaching the model that recent keys are never reused.
 """
 from __future__ import annotations
+
+import random
 
 import numpy as np
 
@@ -39,50 +43,63 @@ def next_access_labels(keys: np.ndarray, times: np.ndarray,
     return intervals, intervals >= horizon
 
 
-def label_horizon(times: np.ndarray, fraction: float = 0.5) -> float:
-    """The default horizon: ``fraction`` of the window's time span, at least 1."""
-    return max(float(times[-1] - times[0]) * fraction, 1.0) if len(times) else 1.0
+class SampledHistory:
+    """Ring buffer of sampled accesses (key, time, feature row, next-access interval).
 
+    Not thread-safe by itself: ``LightGBMPredictor`` guards it with its lock.
+    """
 
-class HistoryWindow:
-    """Ring buffer of the latest ``capacity`` samples (key, time, feature row)."""
-
-    def __init__(self, capacity: int, width: int):
+    def __init__(self, capacity: int, width: int, seed: int = 0):
         if capacity < 2:
-            raise ValueError(f"history window must hold at least 2 samples, got {capacity}")
+            raise ValueError(f"history must hold at least 2 samples, got {capacity}")
         self.capacity = capacity
+        self.rate = 1.0
         self._keys = np.zeros(capacity, dtype=np.int64)
         self._times = np.zeros(capacity)
         self._rows = np.zeros((capacity, width))
-        self._next = 0
+        self._interval = np.full(capacity, np.nan)  # NaN: next access not seen yet
+        self._pending: dict[int, int] = {}  # key -> serial number of its unlabelled sample
+        self._random = random.Random(seed)
         self.total = 0  # samples ever added
 
     def __len__(self) -> int:
         return min(self.total, self.capacity)
 
-    def add(self, key: int, t: float, row: np.ndarray) -> None:
-        i = self._next
+    def observe(self, key: int, t: float, row: np.ndarray) -> None:
+        """An access: label the key's pending sample, then maybe sample this access."""
+        serial = self._pending.pop(key, None)
+        if serial is not None and serial > self.total - self.capacity:  # still in the ring
+            i = serial % self.capacity
+            self._interval[i] = t - self._times[i]
+        if self.rate < 1.0 and self._random.random() >= self.rate:
+            return
+        i = self.total % self.capacity
+        if self.total >= self.capacity:
+            old = int(self._keys[i])
+            if self._pending.get(old) == self.total - self.capacity:
+                del self._pending[old]
         self._keys[i] = key
         self._times[i] = t
         self._rows[i] = row
-        self._next = (i + 1) % self.capacity
+        self._interval[i] = np.nan
+        self._pending[key] = self.total
         self.total += 1
 
-    def snapshot(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(keys, times, rows)`` in time order, copied so training can run elsewhere."""
-        if self.total < self.capacity:
-            cut = slice(0, self.total)
-            return self._keys[cut].copy(), self._times[cut].copy(), self._rows[cut].copy()
-        order = np.r_[self._next:self.capacity, 0:self._next]
-        return self._keys[order], self._times[order], self._rows[order]
+    def span(self) -> float:
+        """Time covered by the samples held."""
+        n = len(self)
+        if n < 2:
+            return 0.0
+        newest = (self.total - 1) % self.capacity
+        oldest = self.total % self.capacity if self.total > self.capacity else 0
+        return float(self._times[newest] - self._times[oldest])
 
-    def training_set(self, horizon_fraction: float = 0.5) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(X, y, censored)`` for the samples older than the horizon: feature rows,
-        log1p of their next-access intervals, and which of those are censored."""
-        keys, times, rows = self.snapshot()
-        if len(times) == 0:
-            return rows, np.zeros(0), np.zeros(0, dtype=bool)
-        horizon = label_horizon(times, horizon_fraction)
-        intervals, censored = next_access_labels(keys, times, horizon)
-        ripe = times <= times[-1] - horizon
-        return rows[ripe], np.log1p(intervals[ripe]), censored[ripe]
+    def ripe(self, now: float, horizon: float) -> tuple[np.ndarray, np.ndarray]:
+        """``(rows, intervals)`` of the samples at least ``horizon`` old at ``now``:
+        copies of their feature rows and their next-access intervals capped at the
+        horizon (a key not back within it, or never, gets exactly ``horizon``)."""
+        n = len(self)
+        old = np.flatnonzero(self._times[:n] <= now - horizon)
+        intervals = self._interval[old]
+        intervals = np.where(np.isnan(intervals), horizon, np.minimum(intervals, horizon))
+        return self._rows[old], intervals

@@ -1,9 +1,23 @@
-"""LightGBMPredictor: a next-access-time regressor trained online from the access stream.
+"""LightGBMPredictor: a next-access model trained online from the access stream.
 
-Every ``observe`` updates the key's features and appends a sample to a sliding window.
-Every ``retrain_every`` accesses a fresh booster is fitted on the window (labels from
-``lcr.predict.labels``) and swapped in whole: readers always see either the old model
-or the new one. With ``background=True`` fitting runs on a daemon thread and a retrain
+Every ``observe`` updates the key's features and offers the access to the sampled
+history (``lcr.predict.labels``). Every ``retrain_every`` accesses a booster is fitted on
+the ripe samples and swapped in whole: readers always see either the old model or the
+new one.
+
+Label scale: the relaxed-Belady boundary B of the cache size (``lcr.predict.boundary``)
+is re-estimated at each fit; labels are capped at ``horizon_factor`` x B and the history
+is sampled to span ``span_factor`` x that horizon. Two objectives (``objective``):
+
+- ``regression``: log1p of the time to the next access; the answer is
+  ``last access + expm1(output)``.
+- ``belady``: P(next access beyond B), binary log-loss. A probability is not a time, yet
+  LARU evicts the largest answer, so it is mapped to one (``rank``): ``odds`` answers
+  ``last access + B * p / (1 - p)`` (p = 1/2 means "back after one boundary"; an older
+  key with the same p ranks first, as in LRU); ``probability`` answers p itself.
+
+``warm_start``: a refit continues the previous booster with ``warm_trees`` new trees on
+the fresh samples, until the forest would exceed ``num_trees`` * 2, then starts over. With ``background=True`` fitting runs on a daemon thread and a retrain
 due while one is running is skipped (counted), so the access path never waits for it;
 the simulator uses ``background=False`` so that replays are reproducible.
 
@@ -26,9 +40,14 @@ import numpy as np
 
 from lcr.errors import LcrInputError
 from lcr.predict.base import Predictor
+from lcr.predict.boundary import belady_boundary
 from lcr.predict.features import FeatureConfig, FeatureStore
 from lcr.predict.forest import compile_booster
-from lcr.predict.labels import HistoryWindow
+from lcr.predict.labels import SampledHistory
+
+OBJECTIVES = ("regression", "belady")
+RANKS = ("time", "aging", "probability")
+TARGETS = ("log", "mean")
 
 log = logging.getLogger(__name__)
 
@@ -36,14 +55,24 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class LightGBMConfig:
     features: FeatureConfig = field(default_factory=FeatureConfig)
-    retrain_every: int = 10_000   # accesses between fits
-    window: int = 25_000          # samples kept (the latest ones)
-    horizon_fraction: float = 0.5  # newest share of the window used only to label older samples
-    min_samples: int = 1_000      # no fit before this many samples
+    retrain_every: int = 5_000    # accesses between fits
+    window: int = 40_000          # samples kept (the latest ones)
+    objective: str = "regression"
+    rank: str = "time"            # how the model output becomes an answer (see above)
+    target: str = "log"           # regression: fit log1p(interval) or interval / boundary (the mean)
+    capacity: int | None = None   # cache size the boundary is for; None: capacity_fraction of keys seen
+    capacity_fraction: float = 0.05  # no cache size given (a shared service): 5% of keys, >= 64
+    boundary_factor: float = 4.0  # the boundary, in characteristic times (see lcr.predict.boundary)
+    horizon_factor: float = 2.0   # regression labels capped at this many boundaries
+    span_factor: float = 2.0      # samples span this many horizons
+    warm_start: bool = False
+    warm_trees: int = 8
+    min_samples: int = 1_000      # no fit before this many ripe samples
     num_trees: int = 16
     num_leaves: int = 15
     learning_rate: float = 0.2
     max_bin: int = 63
+    bin_sample: int = 4096        # rows LightGBM reads to place its bins (its default 200k costs ~0.5 s)
     min_data_in_leaf: int = 20
     num_threads: int = 1
     seed: int = 0
@@ -56,12 +85,15 @@ class LightGBMConfig:
         for name in ("retrain_every", "window", "min_samples", "num_trees", "num_leaves", "num_threads"):
             if getattr(self, name) < 1:
                 raise LcrInputError(f"LightGBM config: {name} must be at least 1")
+        if self.objective not in OBJECTIVES or self.rank not in RANKS:
+            raise LcrInputError(f"LightGBM config: objective must be one of {OBJECTIVES} and rank one of "
+                                f"{RANKS}, got {self.objective!r}, {self.rank!r}")
         if self.weak and self.features.mode != "compact":
             # The weak model reads the key column, which only the compact layout has.
             object.__setattr__(self, "features", replace(self.features, mode="compact"))
 
     def lgb_params(self) -> dict:
-        return {"objective": "regression", "num_leaves": self.num_leaves,
+        return {"objective": "binary" if self.objective == "belady" else "regression", "num_leaves": self.num_leaves,
                 "learning_rate": self.learning_rate, "max_bin": self.max_bin,
                 "min_data_in_leaf": self.min_data_in_leaf, "num_threads": self.num_threads,
                 "seed": self.seed, "deterministic": True, "force_row_wise": True, "verbose": -1}
@@ -78,20 +110,51 @@ def _require_lightgbm():
 
 @dataclass(frozen=True)
 class _Model:
-    """One fitted booster and the feature columns it reads."""
+    """One fitted booster, the feature columns it reads, and how its output becomes an
+    answer (the one place that rule lives)."""
 
     booster: object
     columns: np.ndarray | None  # None: all columns
     version: int
     forest: object | None = None  # the booster compiled to lcr._native.Forest, when possible
+    objective: str = "regression"
+    rank: str = "time"
+    boundary: float = 1.0
+    target: str = "log"
+    horizon_factor: float = 4.0
 
-    def predict_log_interval(self, rows: np.ndarray, num_threads: int, index: np.ndarray | None = None) -> np.ndarray:
-        """Model output for ``rows`` (for ``rows[index]`` when an index is given)."""
+    def raw(self, rows: np.ndarray, num_threads: int, index: np.ndarray | None = None) -> np.ndarray:
+        """Raw model output for ``rows`` (for ``rows[index]`` when an index is given)."""
         if self.columns is not None:
             rows = rows[:, self.columns]
         if self.forest is not None:
             return self.forest.predict(rows, index, num_threads)
-        return self.booster.predict(rows if index is None else rows[index], num_threads=num_threads)
+        return self.booster.predict(rows if index is None else rows[index], num_threads=num_threads,
+                                    raw_score=True)
+
+    def beyond_probability(self, raw: np.ndarray) -> np.ndarray:
+        """belady: P(next access beyond the boundary)."""
+        return 1.0 / (1.0 + np.exp(-raw))
+
+    def offsets(self, raw: np.ndarray) -> np.ndarray:
+        """The model's term of the answer: a predicted interval, or the belady mapping."""
+        if self.objective == "regression":
+            if self.target == "mean":
+                return self.boundary * np.maximum(raw, 0.0)
+            return np.expm1(np.maximum(raw, 0.0))
+        p = self.beyond_probability(raw)
+        if self.rank == "time":  # odds: p = 1/2 is "back after one boundary"
+            return self.boundary * p / np.maximum(1.0 - p, 1e-12)
+        return p if self.rank == "probability" else self.boundary * p
+
+    def place(self, offsets: np.ndarray, last_times: np.ndarray) -> np.ndarray:
+        """Answers from ``offsets`` (see ``rank``)."""
+        if self.rank == "time":
+            return last_times + offsets
+        return offsets - last_times if self.rank == "aging" else offsets
+
+    def answers(self, raw: np.ndarray, last_times: np.ndarray) -> np.ndarray:
+        return self.place(self.offsets(raw), last_times)
 
 
 class LightGBMPredictor(Predictor):
@@ -101,11 +164,12 @@ class LightGBMPredictor(Predictor):
         c = self.config
         self.name = "lightgbm-weak" if c.weak else f"lightgbm({c.features.mode})"
         self.features = FeatureStore(c.features)
-        self.history = HistoryWindow(c.window, self.features.width)
+        self.history = SampledHistory(c.window, self.features.width, c.seed)
         self._model: _Model | None = None
         self._lock = threading.Lock()  # guards features, history and the prediction memo
         self._trainer: threading.Thread | None = None
         self._since_fit = 0
+        self._now = 0.0
         # Per-slot predicted interval under the current model; NaN = to be computed.
         self._memo = np.full(self.features.capacity, np.nan)
         self._epoch = 0  # bumped by every change to the features
@@ -116,11 +180,12 @@ class LightGBMPredictor(Predictor):
     def observe(self, key: int, t: int, static: Sequence[float] | None = None) -> None:
         with self._lock:
             row = self.features.update(key, t, static)
-            self.history.add(key, t, row)
+            self.history.observe(key, t, row)
             slot = self.features.slot_of(key)
             if slot < len(self._memo):
                 self._memo[slot] = np.nan
             self._epoch += 1  # a prediction computed before this must not be memoised
+            self._now = t
         self.metrics["observed"] += 1
         self._since_fit += 1
         if self._since_fit >= self.config.retrain_every and len(self.history) >= self.config.min_samples:
@@ -137,13 +202,42 @@ class LightGBMPredictor(Predictor):
         model = self._model
         return model.version if model is not None else 0
 
+    def boundary(self) -> float | None:
+        """The relaxed-Belady boundary now, for ``capacity`` (None: the cache is not full yet)."""
+        c = self.config
+        last = self.features.last_times()
+        capacity = c.capacity or min(len(last), max(64, round(c.capacity_fraction * len(last))))
+        span = belady_boundary(last, capacity, self._now)
+        return None if span is None else c.boundary_factor * span
+
+    def training_set(self) -> tuple[np.ndarray, np.ndarray, float] | None:
+        """``(X, y, boundary)`` from the ripe samples, and retune the sampling rate so the
+        history spans ``span_factor`` horizons; None if too few are ripe. Call under the lock."""
+        c = self.config
+        boundary = self.boundary()
+        if boundary is None:
+            return None
+        # A classification label is known once the sample is a boundary old.
+        horizon = boundary if c.objective == "belady" else c.horizon_factor * boundary
+        self.history.rate = min(1.0, c.window / (c.span_factor * horizon))
+        X, intervals = self.history.ripe(self._now, horizon)
+        if len(intervals) < c.min_samples:
+            return None
+        if c.objective == "belady":
+            y = (intervals >= boundary).astype(np.float64)  # capped at the boundary: ">=" is "beyond"
+        else:
+            y = np.log1p(intervals) if c.target == "log" else intervals / boundary
+        if c.objective == "belady" and y.min() == y.max():
+            return None  # one class only: nothing to learn yet
+        return X, y, boundary
+
     def fit(self) -> bool:
-        """Fit on the current window now and swap the model in; False if too few samples."""
+        """Fit on the ripe samples now and swap the model in; False if too few are ripe."""
         with self._lock:
-            X, y, _ = self.history.training_set(self.config.horizon_fraction)
-        if len(y) < 2:
+            data = self.training_set()
+        if data is None:
             return False
-        self._fit_on(X, y)
+        self._fit_on(*data)
         return True
 
     def fit_async(self) -> bool:
@@ -152,10 +246,10 @@ class LightGBMPredictor(Predictor):
             self.metrics["fits_skipped_busy"] += 1
             return False
         with self._lock:
-            X, y, _ = self.history.training_set(self.config.horizon_fraction)
-        if len(y) < 2:
+            data = self.training_set()
+        if data is None:
             return False
-        self._trainer = threading.Thread(target=self._fit_on, args=(X, y), name="lcr-lightgbm-fit",
+        self._trainer = threading.Thread(target=self._fit_on, args=data, name="lcr-lightgbm-fit",
                                          daemon=True)
         self._trainer.start()
         return True
@@ -165,25 +259,34 @@ class LightGBMPredictor(Predictor):
         if trainer is not None:
             trainer.join(timeout)
 
-    def fit_arrays(self, X: np.ndarray, y_log: np.ndarray) -> None:
-        """Fit on given rows and log1p labels (benchmarks, offline warm starts)."""
-        self._fit_on(np.asarray(X, dtype=np.float64), np.asarray(y_log, dtype=np.float64))
+    def fit_arrays(self, X: np.ndarray, y: np.ndarray, boundary: float = 1.0) -> None:
+        """Fit on given rows and labels (log1p intervals, or 0/1 beyond the boundary)."""
+        self._fit_on(np.asarray(X, dtype=np.float64), np.asarray(y, dtype=np.float64), boundary)
 
-    def _fit_on(self, X: np.ndarray, y: np.ndarray) -> None:
+    def _fit_on(self, X: np.ndarray, y: np.ndarray, boundary: float) -> None:
         c = self.config
         start = time.perf_counter()
         columns = np.array([1]) if c.weak else None  # weak: the key column only
-        data = self._lgb.Dataset(X if columns is None else X[:, columns], y, free_raw_data=True,
-                                 params={"max_bin": c.max_bin, "verbose": -1})
+        previous = self._model
+        warm = (c.warm_start and not c.weak and previous is not None
+                and previous.booster.num_trees() + c.warm_trees <= 2 * c.num_trees)
+        data = self._lgb.Dataset(X if columns is None else X[:, columns], y, free_raw_data=not warm,
+                                 params={"max_bin": c.max_bin, "verbose": -1,
+                                         "bin_construct_sample_cnt": c.bin_sample})
+        rounds = 1 if c.weak else c.warm_trees if warm else c.num_trees
         try:
-            booster = self._lgb.train(c.lgb_params(), data, num_boost_round=1 if c.weak else c.num_trees)
+            booster = self._lgb.train(c.lgb_params(), data, num_boost_round=rounds,
+                                      init_model=previous.booster if warm else None,
+                                      keep_training_booster=warm)
         except Exception as err:  # a failed fit must not take the cache down: keep the old model
             log.warning("LightGBM fit failed, keeping the previous model: %s", err)
             return
         forest = compile_booster(booster, X.shape[1] if columns is None else len(columns))
         with self._lock:
-            self._model = _Model(booster, columns, self.model_version + 1, forest)
+            self._model = _Model(booster, columns, self.model_version + 1, forest, c.objective, c.rank,
+                                 boundary, c.target, c.horizon_factor)
             self._memo = np.full(self.features.capacity, np.nan)
+        self.metrics["boundary"] = boundary
         self.metrics["fits"] += 1
         self.metrics["last_fit_seconds"] = time.perf_counter() - start
         self.metrics["last_fit_samples"] = len(y)
@@ -203,11 +306,12 @@ class LightGBMPredictor(Predictor):
             known = slots >= 0
             slots = slots[known]
             if len(slots):
-                log_intervals = model.predict_log_interval(self.features.matrix, self.config.num_threads, slots)
-                out[known] = self.features.last_times(slots) + np.expm1(np.maximum(log_intervals, 0.0))
+                raw = model.raw(self.features.matrix, self.config.num_threads, slots)
+                out[known] = model.answers(raw, self.features.last_times(slots))
         return out
 
     def _predict_memoised(self, keys: np.ndarray, model: _Model, out: np.ndarray) -> np.ndarray:
+        # The memo holds model.offsets (relative to the latest access): valid until the row changes.
         with self._lock:
             slots = self.features.slots(keys)
             known = np.flatnonzero(slots >= 0)
@@ -222,13 +326,13 @@ class LightGBMPredictor(Predictor):
             rows = self.features.rows(slots[stale])
             last = self.features.last_times(slots)
         if len(stale):
-            fresh = np.expm1(np.maximum(model.predict_log_interval(rows, self.config.num_threads), 0.0))
+            fresh = model.offsets(model.raw(rows, self.config.num_threads))
             intervals[stale] = fresh
             with self._lock:
                 # Memoise only if neither the model nor any key's features changed meanwhile.
                 if self._model is model and self._memo is memo and self._epoch == epoch:
                     memo[slots[stale]] = fresh
-        out[known] = last + intervals
+        out[known] = model.place(intervals, last)
         return out
 
 

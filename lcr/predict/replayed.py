@@ -11,6 +11,8 @@ any engine that takes per-request predictions (the C++ cores included).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from lcr.predict.lightgbm_model import LightGBMConfig, LightGBMPredictor
@@ -19,31 +21,55 @@ from lcr.traces import Trace
 _FLUSH_ROWS = 1 << 15
 
 
-def replayed_predictions(trace: Trace, config: LightGBMConfig) -> np.ndarray:
-    """Predicted next-access time of each request's key, made at that request (NaN
-    while no model exists yet)."""
+@dataclass
+class ReplayedModel:
+    """Per request: the answer (``values``, NaN before the first model), the raw model
+    output and the boundary of the model that answered (NaN before the first model)."""
+
+    values: np.ndarray
+    raw: np.ndarray
+    boundary: np.ndarray
+    fits: int
+    seconds_fitting: float
+
+
+def replay_model(trace: Trace, config: LightGBMConfig) -> ReplayedModel:
+    """Run the online model over ``trace`` once, recording what it answers at each access."""
     model = LightGBMPredictor(config)
-    out = np.full(len(trace), np.nan)
+    n = len(trace)
+    values, raw, boundary = np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan)
     buffered: list[int] = []   # request indices whose rows wait for a prediction
     rows: list[np.ndarray] = []
     current = None
+    fitting = 0.0
 
     def flush():
         if buffered and current is not None:
-            log_intervals = current.predict_log_interval(np.vstack(rows), config.num_threads)
-            out[buffered] = np.asarray(buffered, dtype=np.float64) + np.expm1(np.maximum(log_intervals, 0.0))
+            at = np.asarray(buffered)
+            out = current.raw(np.vstack(rows), config.num_threads)
+            raw[at] = out
+            values[at] = current.answers(out, at.astype(np.float64))
+            boundary[at] = current.boundary
         buffered.clear()
         rows.clear()
 
+    slot_of, matrix = model.features.slot_of, model.features
     for t, key in enumerate(trace.keys.tolist()):
         model.observe(key, t)
         if model._model is not current:  # a refit at this access: earlier rows keep the old model
             flush()
             current = model._model
+            fitting += model.metrics["last_fit_seconds"]
         if current is not None:
             buffered.append(t)
-            rows.append(model.features.rows(np.array([model.features.slot_of(key)]))[0])
+            rows.append(matrix.matrix[slot_of(key)].copy())
             if len(buffered) >= _FLUSH_ROWS:
                 flush()
     flush()
-    return out
+    return ReplayedModel(values, raw, boundary, model.metrics["fits"], fitting)
+
+
+def replayed_predictions(trace: Trace, config: LightGBMConfig) -> np.ndarray:
+    """Predicted next-access time (or rank) of each request's key, made at that request
+    (NaN while no model exists yet)."""
+    return replay_model(trace, config).values

@@ -1,0 +1,164 @@
+"""How much of the LRU->OPT gap learned eviction closes on the shared real traces.
+
+Every shared trace x cache = 1/5/10% of its distinct keys x {LRU, the heuristics a user
+would pick instead (ARC, LIRS, S3-FIFO, W-TinyLFU, where registered), OPT, LARU and FPB
+driven by the online LightGBM model in each variant}. The learned predictions are the
+async ones (the model queried right after each access), computed in one pass per
+(trace, size, variant) and replayed on the native engines. Reports hit ratio, gap
+closed = (X - LRU) / (OPT - LRU) and model time per request (feature updates, sampling,
+fits and predictions, all on one core); writes benchmarks/results/learned_gap.json and,
+with --plot, a PNG. Traces longer than --max-requests are cut to their first requests.
+
+    python benchmarks/learned_gap.py [--data ../shared/data] [--plot docs/img/learned_gap.png]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from lcr.policies import POLICIES
+from lcr.predict.lightgbm_model import LightGBMConfig
+from lcr.predict.replayed import replay_model
+from lcr.sim.native import native_replay
+from lcr.sim.report import machine_description
+from lcr.sim.sweep import PolicySpec, run_one
+from lcr.traces import Trace, load_trace
+
+TRACES = ["classic/cloudPhysicsIO.oracleGeneral.bin", "classic/cache2k_web07.trace.xz",
+          "classic/lirs/multi2.trace.gz", "classic/lirs/sprite.trace.gz", "classic/lirs/2_pools.trace.gz",
+          "embedding/criteo_kaggle_first999.tsv", "recsys/ml-100k.inter",
+          "kv/mooncake_conversation_trace.jsonl"]
+SIZES = (0.01, 0.05, 0.10)
+HEURISTICS = ("arc", "lirs", "s3fifo", "wtinylfu")
+#: The model variants, one configuration each for every trace and size.
+VARIANTS = {
+    "regression": dict(objective="regression"),
+    "belady": dict(objective="belady", rank="time"),
+    "belady-p": dict(objective="belady", rank="probability"),
+}
+#: Policies driven by each variant's predictions: (label, native core, parameters).
+LEARNED_POLICIES = (("laru", "laru", {}), ("laru-b1.1", "laru", {"b": 1.1}), ("fpb", "fpb", {}))
+
+
+def load_movielens(path: Path) -> Trace:
+    """MovieLens ratings in timestamp order; each rating looks up its user's and its
+    item's embedding row (users even keys, items odd keys)."""
+    data = np.genfromtxt(path, delimiter="\t", skip_header=1, dtype=np.int64, usecols=(0, 1, 3))
+    data = data[np.argsort(data[:, 2], kind="stable")]
+    keys = np.empty(2 * len(data), dtype=np.int64)
+    keys[0::2], keys[1::2] = 2 * data[:, 0], 2 * data[:, 1] + 1
+    return Trace(keys, name=path.name)
+
+
+def load(path: Path, max_requests: int) -> Trace:
+    trace = load_movielens(path) if path.suffix == ".inter" else load_trace(str(path))
+    return trace.head(max_requests) if len(trace) > max_requests else trace
+
+
+def gap_closed(x: float, lru: float, opt: float) -> float:
+    return (x - lru) / (opt - lru) if opt > lru else 0.0
+
+
+def run_trace(trace: Trace, variants: dict, heuristics: list[str]) -> list[dict]:
+    rows = []
+    for fraction in SIZES:
+        k = max(1, round(fraction * trace.distinct_keys))
+        misses = {name: run_one(trace, PolicySpec(name), k).misses for name in ("lru", "opt", *heuristics)}
+        timing = {}
+        for variant, params in variants.items():
+            start = time.perf_counter()
+            model = replay_model(trace, LightGBMConfig(background=False, capacity=k, **params))
+            timing[variant] = (time.perf_counter() - start) / len(trace)
+            for label, policy, params in LEARNED_POLICIES:
+                run = native_replay(trace, policy, k, model.values, mode="async", **params)
+                misses[f"{label}+{variant}"] = len(trace) - int(run.hits.sum())
+        n = len(trace)
+        hit = {name: 1 - m / n for name, m in misses.items()}
+        row = {"trace": trace.name, "requests": n, "fraction": fraction, "capacity": k,
+               "hit_ratio": hit, "misses": misses,
+               "gap_closed": {name: gap_closed(h, hit["lru"], hit["opt"]) for name, h in hit.items()},
+               "model_us_per_request": {v: s * 1e6 for v, s in timing.items()}}
+        rows.append(row)
+        best_h = max((hit[h] for h in heuristics), default=float("nan"))
+        print(f"{trace.name[:28]:28s} {fraction:4.0%} k={k:6d} LRU {hit['lru']:.4f} OPT {hit['opt']:.4f} "
+              f"best-heur {best_h:.4f} | " + " ".join(
+                  f"{name} {row['gap_closed'][name]:+.0%}" for name in hit if "+" in name), flush=True)
+    return rows
+
+
+def summarize(rows: list[dict], heuristics: list[str]) -> dict:
+    learned = sorted({name for r in rows for name in r["hit_ratio"] if name.startswith("laru")})
+    out = {}
+    for name in learned + heuristics:
+        gaps = [r["gap_closed"][name] for r in rows]
+        worst = max(r["misses"][name] / r["misses"]["lru"] - 1 for r in rows)
+        beats = sum(r["hit_ratio"][name] >= max(r["hit_ratio"][h] for h in heuristics) for r in rows) \
+            if heuristics else None
+        out[name] = {"mean_gap_closed": float(np.mean(gaps)), "median_gap_closed": float(np.median(gaps)),
+                     "worst_extra_misses_vs_lru": worst, "cells_beating_best_heuristic": beats,
+                     "cells": len(rows)}
+    return out
+
+
+def plot(rows: list[dict], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [n for n in rows[0]["gap_closed"] if n not in ("lru", "opt") and not n.startswith("fpb")]
+    labels = [f"{r['trace'][:14]} {r['fraction']:.0%}" for r in rows]
+    x = np.arange(len(rows))
+    width = 0.8 / len(names)
+    fig, ax = plt.subplots(figsize=(max(10, 0.5 * len(rows)), 4.5))
+    for i, name in enumerate(names):
+        ax.bar(x + i * width, [max(r["gap_closed"][name], -0.5) for r in rows], width, label=name)
+    ax.axhline(0, color="black", linewidth=0.8)
+    ax.set_xticks(x + 0.4, labels, rotation=70, fontsize=7)
+    ax.set_ylabel("share of the LRU->OPT gap closed (clipped at -50%)")
+    ax.legend(fontsize=7, ncol=3)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", default=str(Path(__file__).resolve().parents[2] / "shared" / "data"))
+    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "learned_gap.json"))
+    parser.add_argument("--plot", help="write the gap-closed bar chart here")
+    parser.add_argument("--max-requests", type=int, default=300_000)
+    parser.add_argument("--traces", help="comma-separated substrings: only traces whose path has one")
+    parser.add_argument("--variants", help=f"comma-separated subset of {', '.join(VARIANTS)}")
+    args = parser.parse_args()
+    heuristics = [h for h in HEURISTICS if h in POLICIES]
+    variants = {v: VARIANTS[v] for v in (args.variants.split(",") if args.variants else VARIANTS)}
+    rows, start = [], time.perf_counter()
+    for relative in TRACES:
+        if args.traces and not any(s in relative for s in args.traces.split(",")):
+            continue
+        path = Path(args.data) / relative
+        if not path.exists():
+            print(f"skipping {path}: not present")
+            continue
+        rows += run_trace(load(path, args.max_requests), variants, heuristics)
+    summary = summarize(rows, heuristics)
+    for name, s in summary.items():
+        print(f"{name:24s} mean gap closed {s['mean_gap_closed']:+.1%} (median {s['median_gap_closed']:+.1%}); "
+              f"worst cell {s['worst_extra_misses_vs_lru']:+.2%} misses vs LRU; "
+              f"beats best heuristic in {s['cells_beating_best_heuristic']}/{s['cells']}")
+    print(f"total {time.perf_counter() - start:.0f} s; heuristics: {', '.join(heuristics) or 'none registered'}")
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps({"machine": machine_description(), "max_requests": args.max_requests,
+                                          "heuristics": heuristics, "rows": rows, "summary": summary}, indent=1))
+    if args.plot:
+        plot(rows, args.plot)
+
+
+if __name__ == "__main__":
+    main()
