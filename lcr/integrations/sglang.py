@@ -299,7 +299,9 @@ class PolicyRadixCache(UnifiedRadixCache):
 
             labels = getattr(getattr(self, "metrics_collector", None), "labels", None) or {}
             self.driver.exporter = PolicyMetricsExporter(dict(labels))
-        log.info("lcr: %s radix cache over %d tokens (%s)", self.policy_name, capacity, config.describe())
+        predictor = getattr(self.driver.policy, "predictor", None)
+        log.info("lcr: %s radix cache over %d tokens (%s)%s", self.policy_name, capacity, config.describe(),
+                 f"; predictor {getattr(predictor, 'name', type(predictor).__name__)}" if predictor else "")
 
     def match_prefix(self, params):
         result = super().match_prefix(params)
