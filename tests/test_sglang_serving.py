@@ -286,3 +286,22 @@ def test_startup_log_names_the_serving_predictor(caplog):
         with caplog.at_level(logging.INFO, "lcr.sglang"):
             integ.LARURadixCache(params)
         assert f"predictor {name}" in caplog.text, caplog.text
+
+
+def test_a_flush_restarts_the_policy_and_keeps_the_counters():
+    """/flush_cache empties the tree: LARU's phase set and keys must go with it (a stale
+    phase set never empties, so no new phase would ever start)."""
+    w = online_qa()
+    capacity = w.distinct_tokens // 10
+    policy = make_policy("laru", w, predictor=RecentIntervalsPredictor())
+    cache, allocator = build_cache(policy, capacity)
+    replay_sglang(w, capacity, policy, cache=(cache, allocator))
+    before = cache.driver.metrics()
+    assert before["evictions"] > 0
+    cache.reset()
+    fresh = cache.driver.policy
+    assert fresh is not policy and not fresh.old and not fresh.last_access
+    assert cache.driver.metrics()["evictions"] == before["evictions"]
+    replay_sglang(w, capacity, fresh, cache=(cache, allocator))
+    assert fresh.stats.extra["phases"] > 0
+    assert cache.driver.metrics()["evictions"] == before["evictions"] + fresh.stats.evictions

@@ -71,6 +71,7 @@ class PolicyDriver(CacheView):
         self._log_every = 100
         self._logged_prediction = False
         self.exporter = None  # a PolicyMetricsExporter when SGLang runs with --enable-metrics
+        self._carried: dict[str, int] = {}  # counts of policies replaced by restart()
 
     # Keys ---------------------------------------------------------------------------
     def key_of(self, node) -> int:
@@ -221,12 +222,27 @@ class PolicyDriver(CacheView):
                      " ".join(f"{k}={v}" for k, v in self.metrics().items()))
         return node
 
-    def metrics(self) -> dict:
+    def restart(self, policy: LeafPolicy) -> None:
+        """The tree was flushed: serve on with a fresh ``policy`` (keys, phases and
+        predictor history all described nodes that are gone); counters carry on."""
+        for name, value in self._policy_counts().items():
+            self._carried[name] = self._carried.get(name, 0) + value
+        self.policy = policy.bind(self)
+        self.now, self.pending_missing = -1, None
+        self._keys.clear()
+        self._request_time.clear()
+        self._reported.clear()
+
+    def _policy_counts(self) -> dict:
         stats = self.policy.stats.as_dict()
         return {"evictions": stats["evictions"],
                 "prediction_evictions": stats["prediction_evictions"],
                 "predictor_fallbacks": stats.get("predictor_fallbacks", 0),
-                "prediction_induced_misses": stats.get("prediction_induced_misses", 0),
+                "prediction_induced_misses": stats.get("prediction_induced_misses", 0)}
+
+    def metrics(self) -> dict:
+        counts = self._policy_counts()
+        return {**{k: v + self._carried.get(k, 0) for k, v in counts.items()},
                 "policy_seconds": round(self.policy_seconds, 6),
                 "eviction_passes": self.eviction_passes,
                 "eviction_seconds": round(self.eviction_seconds, 6)}
@@ -290,9 +306,9 @@ class PolicyRadixCache(UnifiedRadixCache):
                                                ComponentType.FULL: PolicyFullComponent}
         allocator = params.token_to_kv_pool_allocator
         capacity = int(getattr(allocator, "size", 0) or 0)
-        self.driver = PolicyDriver(policy or build_policy(config, capacity, params.page_size),
-                                   capacity_tokens=capacity, page_size=params.page_size,
-                                   sim_keys=sim_keys)
+        self._new_policy = lambda: build_policy(config, capacity, params.page_size)
+        self.driver = PolicyDriver(policy or self._new_policy(), capacity_tokens=capacity,
+                                   page_size=params.page_size, sim_keys=sim_keys)
         super().__init__(params)
         if params.enable_metrics:
             from lcr.integrations.sglang_metrics import PolicyMetricsExporter
@@ -302,6 +318,11 @@ class PolicyRadixCache(UnifiedRadixCache):
         predictor = getattr(self.driver.policy, "predictor", None)
         log.info("lcr: %s radix cache over %d tokens (%s)%s", self.policy_name, capacity, config.describe(),
                  f"; predictor {getattr(predictor, 'name', type(predictor).__name__)}" if predictor else "")
+
+    def reset(self) -> None:
+        super().reset()
+        if self.driver.now >= 0:  # flushed after serving (not the reset inside __init__)
+            self.driver.restart(self._new_policy())
 
     def match_prefix(self, params):
         result = super().match_prefix(params)
