@@ -39,6 +39,8 @@ def online_qa():
 def policy(name, w, capacity, noise=0.0, predictor=None):
     if predictor is None and name in ("laru", "fpb", "hf"):
         predictor = PathOracle(w, noise)
+    if name == "rlt":  # SGLang's tree evicts whole nodes: RLT's whole-leaf variant
+        return make_policy(name, w, whole_leaf=True)
     return make_policy(name, w, predictor=predictor)
 
 

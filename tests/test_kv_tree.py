@@ -83,7 +83,7 @@ class GreedyPolicy(LeafPolicy):
 
     def pick_victim(self, leaves, now):
         self.offers.append(list(leaves))
-        return leaves[0]
+        return self.offers[-1][0]
 
 
 def test_the_in_flight_request_path_is_never_offered_for_eviction():

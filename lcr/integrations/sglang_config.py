@@ -123,7 +123,7 @@ def make_serving_predictor(options: dict, check: bool = True) -> GuardedPredicto
 def build_policy(config: PolicyConfig, capacity_tokens: int, page_size: int = 1) -> P.LeafPolicy:
     o = config.options
     if config.policy == "rlt":
-        return P.RLT(seed=int(o.get("seed", 0)))
+        return P.RLT(seed=int(o.get("seed", 0)), whole_leaf=True)  # SGLang evicts whole nodes
     predictor = make_serving_predictor(o)
     if config.policy == "laru":
         k, shrink_every = o.get("k"), o.get("shrink_every")

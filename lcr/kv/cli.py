@@ -25,18 +25,40 @@ def parse_policies(text: str) -> list[PolicySpec]:
     return specs
 
 
+def load_chat(spec: str, limit: int | None):
+    """``chat:PATH[,sessions=N,active=M,block_tokens=B,seed=S]``: the ShareGPT chat replay."""
+    from lcr.kv.chat import chat_workload
+    from lcr.kv.requests import BlockWorkload
+
+    path, *options = spec[len("chat:"):].split(",")
+    params = {}
+    for option in options:
+        name, _, value = option.partition("=")
+        if name not in ("sessions", "active", "block_tokens", "seed") or not value.isdigit():
+            raise LcrInputError(f"{spec!r}: unknown or non-integer option {option!r}; "
+                                "valid: sessions, active, block_tokens, seed")
+        params[name] = int(value)
+    workload = chat_workload(path, **params)
+    if limit is not None:
+        workload = BlockWorkload(workload.requests[:limit], workload.name)
+    return workload
+
+
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "sim-kv", help="replay prefix-block traces through radix (KV prefix) caches",
         description="Replay a prefix-block trace (Mooncake JSONL, or the online_qa/aibrix "
                     "generators) through a radix cache of a token capacity; print token hit "
                     "rate and cost ratio (missed tokens / OPT's) per policy and noise level.")
-    p.add_argument("trace", help="a Mooncake JSONL file or a generator spec, e.g. online_qa:conversations=500")
+    p.add_argument("trace", help="a Mooncake JSONL file, a generator spec (e.g. online_qa:conversations=500), "
+                        "or chat:SHAREGPT.jsonl[,sessions=N,active=M] (interleaved chat replay)")
     p.add_argument("--cache-tokens", required=True,
                    help="cache sizes in tokens, or %% of the trace's distinct tokens (comma-separated)")
     p.add_argument("--policies", default="lru,laru,fpb,hf,rlt,opt",
                    help=f"comma-separated, from {', '.join(POLICIES)}")
-    p.add_argument("--predictor", default="oracle", help="oracle, noisy:P, or lightgbm")
+    p.add_argument("--predictor", default="oracle",
+                   help="oracle, noisy:P, lightgbm (early first fit, recent intervals until then), "
+                        "intervals, or lightgbm-late (first fit after 10,000 accesses)")
     p.add_argument("--noise", default=None,
                    help="worst-case noise probabilities for oracle predictions, e.g. 0,0.5,1")
     p.add_argument("--engine", default="lcr", choices=ENGINES,
@@ -59,10 +81,13 @@ def run(args) -> int:
     noises = [fixed_noise] if fixed_noise is not None else parse_noises(args.noise or "0", probability=True)
     if args.limit is not None and args.limit < 1:
         raise LcrInputError("--limit must be at least 1")
-    trace = load_trace(args.trace, None, None)
-    if args.limit is not None and trace.request_offsets is not None:
-        trace = trace.head(int(trace.request_offsets[min(args.limit, len(trace.request_offsets) - 1)]))
-    workload = build_workload(trace, args.block_tokens)
+    if args.trace.startswith("chat:"):
+        workload = load_chat(args.trace, args.limit)
+    else:
+        trace = load_trace(args.trace, None, None)
+        if args.limit is not None and trace.request_offsets is not None:
+            trace = trace.head(int(trace.request_offsets[min(args.limit, len(trace.request_offsets) - 1)]))
+        workload = build_workload(trace, args.block_tokens)
     capacities = parse_cache_tokens(args.cache_tokens, workload.distinct_tokens)
     results = run_sweep(workload, capacities, policies, noises, predictor=kind, engine=args.engine,
                         seed=args.seed)

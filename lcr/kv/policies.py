@@ -27,6 +27,7 @@ from typing import Callable, ClassVar, Iterable, Sequence
 from lcr.policies.base import PolicyStats
 from lcr.policies.predictions import NextAccessPredictor, PredictionTable
 from lcr.policies.rng import SplitMix64
+from sortedcontainers import SortedList
 
 log = logging.getLogger(__name__)
 
@@ -44,14 +45,31 @@ class CacheView(ABC):
     def tokens_of(self, keys: Iterable[int]) -> int:
         """Tokens held by the cached nodes among ``keys``."""
 
+    def parent_key(self, key: int) -> int | None:
+        """Key of the cached parent of ``key`` (None: the root, or unknown). Lets a
+        policy learn, without scanning, which node may become a leaf after an eviction."""
+        return None
+
 
 class LeafPolicy(ABC):
+    """Base of every leaf policy: keeps each cached node's last access, and the nodes in
+    recency order (a sorted list: O(log n) per access or eviction) so that the oldest
+    evictable leaf is found by walking from the old end, not by sorting.
+
+    ``leaves`` given to ``pick_victim`` must answer ``key in leaves`` in O(1) (a set, a
+    dict, or an engine's live view); a list or tuple is turned into a set first.
+    Not thread-safe: one engine thread drives a policy.
+    """
+
     name: ClassVar[str]
     uses_predictions: ClassVar[bool] = False
+    #: Whether the engine should evict one tail block of the chosen leaf instead of all of it.
+    evicts_tail_blocks: bool = False
 
     def __init__(self):
         self.stats = PolicyStats()
         self.last_access: dict[int, int] = {}
+        self.recency = SortedList()  # (last access, key) of every known cached node
         self.view: CacheView | None = None
 
     def bind(self, view: CacheView) -> "LeafPolicy":
@@ -60,30 +78,68 @@ class LeafPolicy(ABC):
 
     def on_access(self, keys: Sequence[int], now: int, depths: Sequence[int] | None = None) -> None:
         for key in keys:
-            self.last_access[key] = now
+            self._touch(key, now)
+
+    def on_miss(self, key: int, now: int) -> None:
+        """A request found its blocks cached only up to ``key`` (its first missing block),
+        whether or not room must be made for it."""
 
     def on_split(self, key: int, lower_key: int) -> None:
-        self.last_access[lower_key] = self.last_access.get(key, -1)
+        self._touch(lower_key, self.last_access.get(key, -1))
 
     def begin_eviction(self, missing: int | None, now: int) -> None:
         """Room is needed for a request whose first uncached block is ``missing``."""
 
     @abstractmethod
-    def pick_victim(self, leaves: Sequence[int], now: int) -> int:
+    def pick_victim(self, leaves, now: int) -> int:
         """One of ``leaves`` (evictable, non-empty) to evict."""
 
     def on_evicted(self, key: int) -> None:
-        self.last_access.pop(key, None)
+        last = self.last_access.pop(key, None)
+        if last is not None:
+            self.recency.discard((last, key))
         self.stats.evictions += 1
 
+    def on_trimmed(self, key: int, tokens_left: int) -> None:
+        """The engine evicted one tail block of ``key`` (``evicts_tail_blocks``)."""
+        self.stats.evictions += 1
+
+    def _touch(self, key: int, now: int) -> None:
+        old = self.last_access.get(key)
+        if old is not None:
+            self.recency.discard((old, key))
+        self.last_access[key] = now
+        self.recency.add((now, key))
+
     def lru_order(self, leaves: Iterable[int]) -> list[int]:
-        """Leaves oldest first; the key breaks ties so every engine agrees."""
+        """Leaves oldest first; the key breaks ties so every engine agrees (by sorting:
+        the simple reference, used by the specs and the full-scan policies)."""
         get = self.last_access.get
         return sorted(leaves, key=lambda k: (get(k, -1), k))
 
-    def oldest(self, leaves: Iterable[int]) -> int:
-        get = self.last_access.get
+    def oldest_leaves(self, leaves, count: int, after=None) -> list[tuple[int, int]]:
+        """The ``count`` oldest (last access, key) among ``leaves``, walking the recency
+        order from the old end (or from just after the entry ``after``)."""
+        out = []
+        entries = self.recency if after is None else self.recency.irange(minimum=after, inclusive=(False, True))
+        for entry in entries:
+            if entry[1] in leaves:
+                out.append(entry)
+                if len(out) == count:
+                    break
+        return out
+
+    def oldest(self, leaves) -> int:
+        found = self.oldest_leaves(leaves, 1)
+        if found:
+            return found[0][1]
+        get = self.last_access.get  # leaves the policy never saw accessed (engine misuse)
         return min(leaves, key=lambda k: (get(k, -1), k))
+
+
+def as_container(leaves):
+    """``leaves`` with O(1) membership."""
+    return set(leaves) if isinstance(leaves, (list, tuple)) else leaves
 
 
 class LRU(LeafPolicy):
@@ -93,13 +149,16 @@ class LRU(LeafPolicy):
 
     def pick_victim(self, leaves, now):
         self.stats.lru_evictions += 1
-        return self.oldest(leaves)
+        return self.oldest(as_container(leaves))
 
 
 class _Predictive(LeafPolicy):
     """Batch predictions over candidate leaves, with an LRU fallback when the predictor
     fails: one bad call must not stop serving, so it is counted, logged once, and that
-    eviction follows recency instead."""
+    eviction follows recency instead.
+
+    ``prediction_evictions`` counts only evictions a prediction decided: the victim
+    differs from the oldest candidate, i.e. from what LRU would have evicted."""
 
     uses_predictions = True
 
@@ -109,6 +168,12 @@ class _Predictive(LeafPolicy):
         self.table = PredictionTable(predictor, "sync", self.stats)
         self.stats.extra.update(predictor_fallbacks=0)
         self._warned = False
+
+    @property
+    def predictor_name(self) -> str:
+        """Which predictor serves right now (a learned one may still be warming up)."""
+        serving = getattr(self.predictor, "serving", None)
+        return serving() if callable(serving) else getattr(self.predictor, "name", type(self.predictor).__name__)
 
     def on_access(self, keys, now, depths=None):
         super().on_access(keys, now, depths)
@@ -132,17 +197,31 @@ class _Predictive(LeafPolicy):
         super().on_evicted(key)
         self.table.forget(key)
 
-    def predicted_victim(self, candidates: list[int], now: int) -> int | None:
-        """The candidate predicted to return last (ties: least recent); None on failure."""
+    def predict(self, keys: list[int], now: int) -> bool:
+        """Refresh P for ``keys`` in one call; False (counted, logged once) on failure."""
         try:
-            self.table.before_eviction(candidates, now)
+            self.table.before_eviction(keys, now)
         except Exception as err:  # noqa: BLE001 - any predictor fault means "fall back"
             self.stats.extra["predictor_fallbacks"] += 1
             if not self._warned:
                 log.warning("%s: predictor failed (%s); evicting by LRU for such calls", self.name, err)
                 self._warned = True
+            return False
+        return True
+
+    def predicted_victim(self, candidates: list[int], now: int) -> int | None:
+        """The candidate predicted to return last (ties: least recent); None on failure."""
+        if not self.predict(candidates, now):
             return None
         return self.table.pick_victim(candidates)
+
+    def count(self, victim: int | None, oldest: int) -> int:
+        """Count the choice (None: LRU by fallback) and return the key to evict."""
+        if victim is None or victim == oldest:
+            self.stats.lru_evictions += 1
+            return oldest
+        self.stats.prediction_evictions += 1
+        return victim
 
 
 class FPB(_Predictive):
@@ -151,12 +230,8 @@ class FPB(_Predictive):
     name = "fpb"
 
     def pick_victim(self, leaves, now):
-        victim = self.predicted_victim(self.lru_order(leaves), now)
-        if victim is None:
-            self.stats.lru_evictions += 1
-            return self.oldest(leaves)
-        self.stats.prediction_evictions += 1
-        return victim
+        candidates = self.lru_order(leaves)
+        return self.count(self.predicted_victim(candidates, now), candidates[0])
 
 
 class HF(_Predictive):
@@ -171,121 +246,30 @@ class HF(_Predictive):
         self.window = int(window)
 
     def pick_victim(self, leaves, now):
-        candidates = self.lru_order(leaves)[:self.window]
-        victim = self.predicted_victim(candidates, now) if len(candidates) > 1 else None
-        if victim is None:
-            self.stats.lru_evictions += 1
-            return candidates[0]
-        self.stats.prediction_evictions += 1
-        return victim
-
-
-class LARU(_Predictive):
-    """LARU (Algorithm 1 of the LCR paper) over evictable leaves.
-
-    ``k``, the cache size of the algorithm, counts *nodes*: the units this cache
-    evicts. Unless fixed by the caller it is re-read at every phase start as the
-    number of cached nodes. It sets the window l = max(floor(lambda * k), 1) of
-    oldest leaves that predictions choose from, and the LLM rule of paper Section 5.1:
-    lambda is halved once every max(k // 32, 1) prediction-induced misses of a phase.
-
-    A phase starts when room is needed and no node cached at the previous phase start
-    is left unrequested (the set O). A miss is prediction-induced when the request's
-    first missing block heads a node that a prediction evicted in this phase; such
-    misses evict by LRU.
-    """
-
-    name = "laru"
-
-    def __init__(self, predictor: NextAccessPredictor, k: int | None = None, b: float = 2.0,
-                 shrink_every: int | None = None):
-        super().__init__(predictor)
-        if k is not None and k < 1:
-            raise ValueError(f"laru needs k >= 1, got {k}")
-        if not b > 1:
-            raise ValueError(f"laru needs b > 1, got {b}")
-        if shrink_every is not None and shrink_every < 1:
-            raise ValueError(f"laru shrink_every must be at least 1, got {shrink_every}")
-        self.fixed_k = k
-        self.k = k or 1
-        self.b = float(b)
-        self.fixed_shrink_every = shrink_every
-        self.lam = 1.0
-        self.old: set[int] = set()
-        self.evicted_by_prediction: set[int] = set()
-        self._induced_in_phase = 0
-        self._follow_lru = False
-        self.stats.extra.update(phases=0, prediction_induced_misses=0)
-
-    @property
-    def shrink_every(self) -> int:
-        return self.fixed_shrink_every or max(1, self.k // 32)
-
-    @property
-    def window(self) -> int:
-        return max(math.floor(self.lam * self.k), 1)
-
-    def on_access(self, keys, now, depths=None):
-        super().on_access(keys, now, depths)
-        self.old.difference_update(keys)
-        # Cached again: the eviction that line 14 asks about is no longer its latest.
-        self.evicted_by_prediction.difference_update(keys)
-
-    def on_split(self, key, lower_key):
-        super().on_split(key, lower_key)
-        if key in self.old:
-            self.old.add(lower_key)
-
-    def begin_eviction(self, missing, now):
-        if not self.old:
-            self._start_phase()
-        self._follow_lru = missing is not None and missing in self.evicted_by_prediction
-        if self._follow_lru:
-            self.stats.extra["prediction_induced_misses"] += 1
-            self._induced_in_phase += 1
-            if self._induced_in_phase % self.shrink_every == 0:
-                self.lam /= self.b
-
-    def pick_victim(self, leaves, now):
-        victim = None
-        if not self._follow_lru:
+        candidates = [key for _, key in self.oldest_leaves(as_container(leaves), self.window)]
+        if not candidates:
             candidates = self.lru_order(leaves)[:self.window]
-            if len(candidates) > 1:
-                victim = self.predicted_victim(candidates, now)
-        if victim is None:
-            self.stats.lru_evictions += 1
-            return self.oldest(leaves)
-        self.stats.prediction_evictions += 1
-        self.evicted_by_prediction.add(victim)
-        return victim
-
-    def on_evicted(self, key):
-        super().on_evicted(key)
-        self.old.discard(key)
-
-    def _start_phase(self):
-        self.old = set(self.view.cached_keys())
-        self.k = self.fixed_k or max(1, len(self.old))
-        self.lam = 1.0
-        self.evicted_by_prediction.clear()
-        self._induced_in_phase = 0
-        self.stats.extra["phases"] += 1
+        victim = self.predicted_victim(candidates, now) if len(candidates) > 1 else None
+        return self.count(victim, candidates[0])
 
 
 class RLT(LeafPolicy):
-    """Randomized leaf eviction with marking: a uniformly random *unmarked* leaf.
+    """RLT (randomized leaf eviction, the LBGR paper): a uniformly random *unmarked*
+    leaf loses tokens from its tail, one block per draw (``whole_leaf=True``: the whole
+    leaf goes, as a whole-node tree must do).
 
-    Accessed nodes are marked. When the marked tokens would exceed the capacity, or
-    no evictable leaf is unmarked, the marks are cleared except for the latest
-    request's path (a new phase). Draws come from SplitMix64 over leaves in a fixed
-    order, so every engine makes the same choices.
+    Accessed nodes are marked. A phase ends, and the marks are cleared except for the
+    latest request's path, when the marked tokens reach the capacity, or when no
+    evictable leaf is unmarked. Draws come from SplitMix64 over leaves in key order, so
+    every engine makes the same choices.
     """
 
     name = "rlt"
 
-    def __init__(self, seed: int = 0):
+    def __init__(self, seed: int = 0, whole_leaf: bool = False):
         super().__init__()
         self.rng = SplitMix64(seed)
+        self.evicts_tail_blocks = not whole_leaf
         self.marked: set[int] = set()
         self._latest: set[int] = set()  # the nodes of the request being served
         self._latest_time = -1
@@ -297,7 +281,7 @@ class RLT(LeafPolicy):
             self._latest, self._latest_time = set(), now
         self._latest.update(keys)
         self.marked.update(keys)
-        if self._marked_tokens() > self.view.capacity_tokens:
+        if self.view.tokens_of(self.marked) >= self.view.capacity_tokens:
             self._clear_marks()
 
     def on_split(self, key, lower_key):
@@ -317,16 +301,15 @@ class RLT(LeafPolicy):
         super().on_evicted(key)
         self.marked.discard(key)
 
-    def _marked_tokens(self) -> int:
-        return self.view.tokens_of(self.marked)
-
     def _clear_marks(self):
         self.marked = set(self._latest)
         self.stats.extra["phases"] += 1
 
 
 class FurthestNextUse(LeafPolicy):
-    """OPT for the tree: the leaf whose next use is furthest (exact future, offline)."""
+    """leaf-OPT: the evictable leaf whose next use is furthest (exact future, offline).
+    The best a leaf-only policy can do one choice at a time; what LARU with exact
+    predictions must equal."""
 
     name = "opt"
 
@@ -336,3 +319,6 @@ class FurthestNextUse(LeafPolicy):
 
     def pick_victim(self, leaves, now):
         return max(self.lru_order(leaves), key=lambda k: self.next_use(k, now))
+
+
+from lcr.kv.laru import LARU  # noqa: E402,F401  (LARU builds on _Predictive above)

@@ -17,6 +17,7 @@ from lcr.policies.rng import SplitMix64
 from lcr.predict.base import Predictor
 
 _MASK = (1 << 64) - 1
+LEARNED = ("lightgbm", "intervals", "lightgbm-late")
 
 
 class PathOracle(Predictor):
@@ -53,16 +54,20 @@ def parse_predictor(text: str) -> tuple[str, float | None]:
         if not 0 <= p <= 1:
             raise LcrInputError(f"--predictor {text!r}: P must be in [0, 1]")
         return "oracle", p
-    if kind == "lightgbm":
-        return "lightgbm", None
-    raise LcrInputError(f"unknown predictor {text!r}; valid: oracle, noisy:P, lightgbm")
+    if kind in LEARNED and not arg:
+        return kind, None
+    raise LcrInputError(f"unknown predictor {text!r}; valid: oracle, noisy:P, {', '.join(LEARNED)}")
 
 
 def make_path_predictor(kind: str, workload: BlockWorkload, noise: float, seed: int) -> Predictor:
     if kind == "oracle":
         return PathOracle(workload, noise, seed)
     # Fits run inline in the simulator so that a replay is reproducible.
-    return LightGBMNodePredictor(seed=seed, background=False)
+    if kind == "intervals":
+        return RecentIntervalsPredictor()
+    if kind == "lightgbm-late":
+        return LightGBMNodePredictor(seed=seed, background=False)
+    return LearnedNodePredictor(seed=seed, background=False)
 
 
 class LightGBMNodePredictor(Predictor):
@@ -72,12 +77,13 @@ class LightGBMNodePredictor(Predictor):
 
     name = "lightgbm"
 
-    def __init__(self, seed: int = 0, background: bool = True):
+    def __init__(self, seed: int = 0, background: bool = True, retrain_every: int = 10_000):
         from lcr.predict.features import FeatureConfig
         from lcr.predict.lightgbm_model import LightGBMConfig, LightGBMPredictor
 
         self.model = LightGBMPredictor(LightGBMConfig(
-            seed=seed, background=background, features=FeatureConfig(static_fields=("tokens_from_root",))))
+            seed=seed, background=background, retrain_every=retrain_every,
+            features=FeatureConfig(static_fields=("tokens_from_root",))))
 
     def observe(self, key: int, t: int) -> None:
         self.model.observe(key, t)
@@ -107,17 +113,69 @@ class FeaturePredictor(Predictor):
 
 
 class RecentIntervalsPredictor(FeaturePredictor):
-    """Serving default until a trained model is plugged in: next access = last access +
-    mean of the node's recent intervals (NaN until a node has been seen twice)."""
+    """Next access = last access + mean of the node's recent intervals (NaN until a node
+    has been seen twice: unknown reuse ranks first for eviction)."""
 
     name = "intervals"
 
     def predict(self, keys: Sequence[int], now: int) -> list[float]:
-        last, intervals, out = self.features.last, self.features.intervals, []
-        for key in keys:
-            gaps = intervals.get(key)
-            out.append(last[key] + sum(gaps) / len(gaps) if gaps else float("nan"))
-        return out
+        return recent_interval_estimate(self.features, keys)
+
+
+def recent_interval_estimate(features: NodeFeatures, keys: Sequence[int]) -> list[float]:
+    last, intervals, out = features.last, features.intervals, []
+    for key in keys:
+        gaps = intervals.get(key)
+        out.append(last[key] + sum(gaps) / len(gaps) if gaps else float("nan"))
+    return out
+
+
+class LearnedNodePredictor(FeaturePredictor):
+    """The learned node predictor lcr serves with: LightGBM over the paper's node
+    features, fitted first on the first ``first_fit`` observations (a few hundred ripe
+    labels) and refitted every ``retrain_every``; until the first fit it answers with
+    the recent-intervals estimate, so predictions help from the first eviction.
+
+    One observation per node per request: a repeat of (key, time) is ignored (it would
+    add a zero-length interval to the features and the training data).
+    ``serving()`` names the predictor answering now, for logs and metrics.
+    Not thread-safe for observations (one engine thread); fits may run in background."""
+
+    name = "lightgbm"
+
+    def __init__(self, seed: int = 0, background: bool = True, first_fit: int = 600,
+                 retrain_every: int = 5_000):
+        super().__init__()
+        if first_fit < 2 or retrain_every < 1:
+            raise LcrInputError("learned predictor: first_fit must be >= 2 and retrain_every >= 1")
+        self.lightgbm = LightGBMNodePredictor(seed=seed, background=background, retrain_every=retrain_every)
+        self.first_fit = first_fit
+        self._observed = 0
+        self._first_fit_started = False
+
+    def observe(self, key: int, t: int) -> None:
+        self.observe_node(key, t, None)
+
+    def observe_node(self, key: int, t: int, tokens_from_root: int | None) -> None:
+        if self.features.last.get(key) == t:
+            return
+        self.features.observe(key, t, tokens_from_root)
+        if tokens_from_root is None:
+            self.lightgbm.observe(key, t)
+        else:
+            self.lightgbm.observe_node(key, t, tokens_from_root)
+        self._observed += 1
+        if self._observed >= self.first_fit and not self._first_fit_started:
+            model = self.lightgbm.model
+            self._first_fit_started = model.fit_async() if model.config.background else model.fit()
+
+    def serving(self) -> str:
+        return "lightgbm" if self.lightgbm.model.model_version else "intervals"
+
+    def predict(self, keys: Sequence[int], now: int):
+        if not self.lightgbm.model.model_version:
+            return recent_interval_estimate(self.features, keys)
+        return self.lightgbm.predict(keys, now)
 
 
 class ServicePredictor(Predictor):

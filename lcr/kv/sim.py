@@ -8,10 +8,11 @@ from lcr.errors import LcrInputError
 from lcr.kv import policies as P
 from lcr.kv.predictors import make_path_predictor
 from lcr.kv.requests import BlockWorkload
+from lcr.kv.spec import LARUSpec
 from lcr.kv.tree import RadixTree
 
 
-PREDICTIVE = ("laru", "fpb", "hf")
+PREDICTIVE = ("laru", "fpb", "hf", "laru-spec")
 ENGINES = ("lcr", "sglang")
 
 
@@ -23,6 +24,7 @@ _FACTORIES: dict[str, Callable[..., P.LeafPolicy]] = {
     "hf": lambda workload, predictor, seed, **params: P.HF(predictor, **params),
     "rlt": lambda workload, predictor, seed, **params: P.RLT(seed=seed, **params),
     "opt": lambda workload, predictor, seed, **params: P.FurthestNextUse(workload.next_use, **params),
+    "laru-spec": lambda workload, predictor, seed, **params: LARUSpec(predictor, **params),
 }
 POLICIES = tuple(_FACTORIES)
 

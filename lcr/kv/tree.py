@@ -48,6 +48,11 @@ class RadixTree(CacheView):
         nodes = self.nodes
         return sum(nodes[k].size for k in keys if k in nodes)
 
+    def parent_key(self, key):
+        node = self.nodes.get(key)
+        parent = node.parent if node is not None else None
+        return None if parent is None or parent is self.root else parent.key
+
     # Serving
     def serve(self, request: BlockRequest, now: int) -> int:
         """Serve one request at time ``now``; return its cached (hit) tokens."""
@@ -57,6 +62,7 @@ class RadixTree(CacheView):
         self.policy.on_access([n.key for n in path], now, _depths(path))
         if matched == len(paths):
             return hit_tokens
+        self.policy.on_miss(paths[matched], now)
         self.lock(last)
         try:
             need = sum(tokens[matched:])
@@ -117,24 +123,36 @@ class RadixTree(CacheView):
             node.locks -= 1
             node = node.parent
 
-    def evictable_leaves(self) -> list[int]:
-        return [key for key, node in self.leaves.items() if not node.locks]
+    def evictable_leaves(self) -> "EvictableLeaves":
+        return EvictableLeaves(self.leaves)
 
     def evict(self, tokens: int, missing: int | None, now: int) -> int:
-        """Free at least ``tokens`` if the unlocked leaves allow; return what was freed."""
+        """Free at least ``tokens`` if the unlocked leaves allow; return what was freed.
+        A policy with ``evicts_tail_blocks`` frees one tail block of its victim at a time
+        (the whole node once it is down to one block)."""
         self.policy.begin_eviction(missing, now)
-        freed = 0
-        while freed < tokens:
-            leaves = self.evictable_leaves()
-            if not leaves:
-                break
+        freed, leaves = 0, self.evictable_leaves()
+        tail = self.policy.evicts_tail_blocks
+        while freed < tokens and leaves:
             victim = self.policy.pick_victim(leaves, now)
             node = self.leaves.get(victim)
             if node is None or node.locks:
                 raise RuntimeError(f"policy {self.policy.name} chose {victim}, not an evictable leaf")
-            freed += self._remove(node)
-            self.policy.on_evicted(victim)
+            if tail and len(node.paths) > 1:
+                freed += self._trim(node)
+                self.policy.on_trimmed(victim, node.size)
+            else:
+                freed += self._remove(node)
+                self.policy.on_evicted(victim)
         return freed
+
+    def _trim(self, node: Node) -> int:
+        """Drop the last block of ``node``; return its tokens."""
+        tokens = node.tokens[-1]
+        node.paths, node.tokens = node.paths[:-1], node.tokens[:-1]
+        node.size -= tokens
+        self.used_tokens -= tokens
+        return tokens
 
     def _remove(self, node: Node) -> int:
         parent = node.parent
@@ -162,6 +180,28 @@ class RadixTree(CacheView):
             self.leaves[node.key] = node
         self.policy.on_split(upper.key, node.key)
         return upper
+
+
+class EvictableLeaves:
+    """A live view of the unlocked leaves: O(1) membership, as policies need."""
+
+    __slots__ = ("_leaves",)
+
+    def __init__(self, leaves: dict[int, Node]):
+        self._leaves = leaves
+
+    def __contains__(self, key) -> bool:
+        node = self._leaves.get(key)
+        return node is not None and not node.locks
+
+    def __iter__(self):
+        return (key for key, node in self._leaves.items() if not node.locks)
+
+    def __bool__(self) -> bool:
+        return any(not node.locks for node in self._leaves.values())
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
 
 def _depths(path: list[Node]) -> list[int]:

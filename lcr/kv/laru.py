@@ -1,0 +1,286 @@
+"""LARU (Algorithm 1 of the LCR paper) over the evictable leaves of a radix tree.
+
+Rules (each measured in docs/kv.md; the options name the alternatives tried):
+
+* k, the cache size in the algorithm's units, is the number of cached *nodes*, read
+  live at every eviction round; the window is the l = max(floor(lambda * k), 1) oldest
+  evictable leaves. Leaves never outnumber nodes, so at lambda = 1 every evictable leaf
+  is a candidate and exact predictions make LARU leaf-OPT.
+* Phase (``phase``): ``nodes`` (default) starts a phase when room is needed and no node
+  cached at the previous phase start is left unrequested (the set O); ``tokens`` starts
+  one when the distinct tokens requested in the phase reach the capacity.
+* Induced miss (``check``): a request whose first missing block heads a node that a
+  prediction evicted in this phase. ``evict`` (default) checks when that request needs
+  room; ``insert`` (the authors') checks every request that misses, room or not.
+* Record (``record``): ``phase`` (the authors') keeps a prediction-evicted key for the
+  whole phase; ``cached`` drops it once the node is cached again.
+* Fallback (``fallback``): ``round`` evicts the whole eviction round of an induced miss
+  by LRU; ``one`` (the authors') gives one LRU eviction per induced miss.
+* Confidence (``confidence``): ``phase`` (Algorithm 1) resets lambda to 1 at every
+  phase start; ``earned`` keeps it across phases and multiplies it by b only after a
+  phase without an induced miss.
+* Shrink (``shrink_every``): lambda /= b once every ``shrink_every`` induced misses of a
+  phase (default 1, Algorithm 1; the paper's LLM setting is k // 32, ``shrink_every=0``).
+* Only evictions a prediction decided (victim other than the oldest candidate) are
+  recorded and counted as prediction-driven.
+
+The window is kept incrementally within an eviction round: predictions are asked once
+for the round's window (one batch; ``now`` does not move within a round, so they stay
+exact), the largest prediction comes off a heap, and the window is topped up from the
+recency order, or with the victim's parent when it becomes an older leaf than the
+window's youngest. A pick costs O(log n) besides predicting newcomers.
+``lcr.kv.spec.LARUSpec`` makes the same decisions by sorting; tests compare the two.
+Not thread-safe: one engine thread drives a policy.
+"""
+from __future__ import annotations
+
+import heapq
+import math
+
+from sortedcontainers import SortedList
+
+from lcr.kv.policies import _Predictive, as_container
+from lcr.policies.predictions import NextAccessPredictor
+
+PHASES = ("nodes", "tokens")
+CHECKS = ("evict", "insert")
+RECORDS = ("phase", "cached")
+FALLBACKS = ("round", "one")
+CONFIDENCES = ("phase", "earned")
+
+
+class LARURules(_Predictive):
+    """Phases, prediction-induced misses and lambda: everything of LARU but the window
+    search, which ``LARU`` (incremental) and ``LARUSpec`` (sorting) implement."""
+
+    name = "laru"
+
+    def __init__(self, predictor: NextAccessPredictor, k: int | None = None, b: float = 2.0,
+                 shrink_every: int | None = 1, phase: str = "nodes", check: str = "evict",
+                 record: str = "cached", fallback: str = "round", confidence: str = "phase"):
+        super().__init__(predictor)
+        if k is not None and k < 1:
+            raise ValueError(f"laru needs k >= 1, got {k}")
+        if not b > 1:
+            raise ValueError(f"laru needs b > 1, got {b}")
+        if shrink_every is not None and shrink_every < 0:
+            raise ValueError(f"laru shrink_every must be >= 0 (0: every k // 32 misses), got {shrink_every}")
+        for value, valid, what in ((phase, PHASES, "phase"), (check, CHECKS, "check"),
+                                   (record, RECORDS, "record"), (fallback, FALLBACKS, "fallback"),
+                                   (confidence, CONFIDENCES, "confidence")):
+            if value not in valid:
+                raise ValueError(f"laru {what} must be one of {', '.join(valid)}, got {value!r}")
+        self.fixed_k = k
+        self.k = k or 1
+        self.b = float(b)
+        self.fixed_shrink_every = shrink_every or None
+        self.phase, self.check, self.record, self.fallback = phase, check, record, fallback
+        self.confidence = confidence
+        self.lam = 1.0
+        self.old: set[int] = set()
+        self.phase_tokens = 0           # phase="tokens": distinct tokens requested this phase
+        self._phase_seen: set[int] = set()
+        self._size: dict[int, int] = {}  # tokens of each node, from access depths
+        self.evicted_by_prediction: set[int] = set()
+        self._induced_in_phase = 0
+        self._lru_round = False
+        self._lru_budget = 0
+        self._started = False
+        self.stats.extra.update(phases=0, prediction_induced_misses=0)
+
+    @property
+    def shrink_every(self) -> int:
+        return self.fixed_shrink_every or max(1, self.k // 32)
+
+    @property
+    def window(self) -> int:
+        return max(math.floor(self.lam * self.k), 1)
+
+    # Events ---------------------------------------------------------------------------
+    def on_access(self, keys, now, depths=None):
+        super().on_access(keys, now, depths)
+        self.old.difference_update(keys)
+        if self.record == "cached":
+            self.evicted_by_prediction.difference_update(keys)
+        if depths is not None:
+            above = None
+            for key, depth in zip(keys, depths):
+                size = depth - above if above is not None else self._size.get(key, depth)
+                self._size[key] = size
+                above = depth
+                if self.phase == "tokens" and key not in self._phase_seen:
+                    self._phase_seen.add(key)
+                    self.phase_tokens += size
+
+    def on_split(self, key, lower_key):
+        # A split is a request of the node's upper part: the node counts as requested,
+        # so its lower part does not join O (it would hold the phase open on blocks that
+        # leaf-OPT never sees as separate, and register misses exact predictions cause).
+        super().on_split(key, lower_key)
+        if key in self._phase_seen:
+            self._phase_seen.add(lower_key)
+
+    def on_miss(self, key, now):
+        if self.check == "insert" and self._started:
+            self._check_induced(key)
+
+    def begin_eviction(self, missing, now):
+        if self._phase_over():
+            self._start_phase()
+        self._lru_round = False
+        if self.check == "evict" and missing is not None:
+            self._check_induced(missing)
+        self.k = self.fixed_k or max(1, len(self.last_access))
+        self.begin_round(now)
+
+    def on_evicted(self, key):
+        super().on_evicted(key)
+        self.old.discard(key)
+        self._size.pop(key, None)
+
+    # Decisions ------------------------------------------------------------------------
+    def pick_victim(self, leaves, now):
+        leaves = as_container(leaves)
+        if self._lru_round or self._lru_budget > 0:
+            self._lru_budget = max(0, self._lru_budget - 1)
+            victim = self.oldest(leaves)
+            self.stats.lru_evictions += 1
+            self.round_evicts(victim)
+            return victim
+        victim, oldest = self.window_choice(leaves, now)
+        victim = self.count(victim, oldest)
+        if victim != oldest:
+            self.evicted_by_prediction.add(victim)
+        self.round_evicts(victim)
+        return victim
+
+    def begin_round(self, now: int) -> None:
+        """An eviction round starts (the window is rebuilt lazily at its first pick)."""
+
+    def round_evicts(self, victim: int) -> None:
+        """``victim`` is about to be evicted in this round."""
+
+    def window_choice(self, leaves, now) -> tuple[int | None, int]:
+        """(the window's leaf with the largest prediction or None to follow LRU, the
+        oldest evictable leaf)."""
+        raise NotImplementedError
+
+    # Phases and induced misses --------------------------------------------------------
+    def _phase_over(self) -> bool:
+        if not self._started:
+            return True
+        if self.phase == "tokens":
+            return self.phase_tokens >= self.view.capacity_tokens
+        return not self.old
+
+    def _check_induced(self, key: int) -> None:
+        if key not in self.evicted_by_prediction:
+            return
+        self.stats.extra["prediction_induced_misses"] += 1
+        self._induced_in_phase += 1
+        if self.record == "cached":
+            self.evicted_by_prediction.discard(key)
+        if self.fallback == "round":
+            self._lru_round = True
+        else:
+            self._lru_budget += 1
+        if self._induced_in_phase % self.shrink_every == 0:
+            self.lam /= self.b
+
+    def _start_phase(self):
+        self._started = True
+        self.old = set(self.last_access)
+        self.phase_tokens, self._phase_seen = 0, set()
+        self.k = self.fixed_k or max(1, len(self.old))
+        if self.confidence == "phase" or self._induced_in_phase == 0:
+            self.lam = min(1.0, self.lam * self.b) if self.confidence == "earned" else 1.0
+        self.evicted_by_prediction.clear()
+        self._induced_in_phase = 0
+        self.stats.extra["phases"] += 1
+
+
+class LARU(LARURules):
+    """LARU with the window kept incrementally (see the module docstring)."""
+
+    def __init__(self, predictor: NextAccessPredictor, **options):
+        super().__init__(predictor, **options)
+        self._ready = False
+        self._members = SortedList()   # (last access, key) of the window
+        self._in_window: set[int] = set()
+        self._heap: list[tuple[float, int, int]] = []  # (-rank, last access, key)
+        self._hint: int | None = None  # the last victim's parent: it may become a leaf
+        self._l = 1
+        self._now = 0
+        self._failed = False
+
+    def begin_round(self, now):
+        self._ready = False
+        self._now = now
+
+    def window_choice(self, leaves, now):
+        if not self._ready:
+            self._fill_window(leaves)
+        else:
+            self._update_window(leaves)
+        members = self._members
+        if not members:
+            return None, self.oldest(leaves)
+        oldest = members[0][1]
+        if len(members) == 1 or self._failed:
+            return None, oldest
+        heap, inside = self._heap, self._in_window
+        while heap[0][2] not in inside:
+            heapq.heappop(heap)
+        return heap[0][2], oldest
+
+    def round_evicts(self, victim):
+        last = self.last_access.get(victim)
+        if victim in self._in_window:
+            self._in_window.discard(victim)
+            self._members.discard((last, victim))
+        self._hint = self.view.parent_key(victim) if self.view is not None else None
+
+    def _fill_window(self, leaves):
+        self._l = self.window
+        self._members = SortedList(self.oldest_leaves(leaves, self._l))
+        self._in_window = {key for _, key in self._members}
+        self._heap = []
+        self._hint = None
+        self._failed = False
+        self._ready = True
+        self._add(list(self._members))
+
+    def _update_window(self, leaves):
+        members, new = self._members, []
+        hint, self._hint = self._hint, None
+        if hint is not None and members and hint in leaves and hint not in self._in_window:
+            entry = (self.last_access.get(hint, -1), hint)
+            if entry < members[-1]:  # younger ones are found by the top-up below
+                members.add(entry)
+                self._in_window.add(hint)
+                new.append(entry)
+        while len(members) > self._l:
+            _, dropped = members.pop()
+            self._in_window.discard(dropped)
+        if len(members) < self._l:
+            after = members[-1] if members else None
+            more = self.oldest_leaves(leaves, self._l - len(members), after)
+            for entry in more:
+                members.add(entry)
+                self._in_window.add(entry[1])
+            new.extend(more)
+        new = [e for e in new if e[1] in self._in_window]
+        if new:
+            self._add(new)
+
+    def _add(self, entries):
+        """Predict ``entries`` in one call and push them on the heap (a window of one
+        leaf needs no prediction: it is LRU's choice)."""
+        if self._l <= 1 or self._failed or not entries:
+            return
+        if not self.predict([key for _, key in entries], self._now):
+            self._failed = True  # the rest of this round follows LRU
+            return
+        rank = self.table.rank
+        for last, key in entries:
+            heapq.heappush(self._heap, (-rank(key), last, key))

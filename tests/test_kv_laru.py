@@ -1,0 +1,163 @@
+"""Radix LARU: its rules (lambda, window, shrink), the incremental window against the
+sorting reference (``LARUSpec``), both promises on small workloads, and the learned
+node predictor's start-up."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from conftest import real_trace
+from lcr.kv import PathOracle, RadixTree, build_workload, make_policy, replay_lcr
+from lcr.kv.laru import LARU
+from lcr.kv.policies import CacheView
+from lcr.kv.spec import LARUSpec
+from lcr.traces import generate
+
+
+class Table:
+    """Predictions from a dict (key -> predicted next use), recording every call."""
+
+    def __init__(self, values):
+        self.values = values
+        self.calls: list[list[int]] = []
+
+    def predict(self, keys, now):
+        self.calls.append(list(keys))
+        return [self.values.get(k, 0.0) for k in keys]
+
+
+class Nodes(CacheView):
+    """A flat cache of equal nodes, every one a leaf: the protocol without a tree."""
+
+    capacity_tokens = 10**6
+
+    def __init__(self, policy):
+        self.policy = policy.bind(self)
+
+    def cached_keys(self):
+        return list(self.policy.last_access)
+
+    def tokens_of(self, keys):
+        return 10 * len(list(keys))
+
+
+def filled(cls, n, values, **options):
+    """A LARU over leaves 0..n-1 accessed in that order (0 oldest)."""
+    policy = cls(Table(values), **options)
+    Nodes(policy)
+    for key in range(n):
+        policy.on_access([key], key, [10])
+    return policy
+
+
+@pytest.mark.parametrize("cls", [LARU, LARUSpec])
+def test_the_window_is_exactly_the_floor_of_lambda_k_oldest_leaves(cls):
+    # 10 leaves, lambda = 1/2 after one induced miss: l = floor(0.5 * 9) = 4 of the 9 left.
+    policy = filled(cls, 10, {5: 100.0})
+    policy.begin_eviction(None, 10)
+    assert policy.pick_victim(set(range(10)), 10) == 5  # lambda = 1: every leaf is a candidate
+    policy.on_evicted(5)
+    policy.begin_eviction(5, 11)  # 5 was evicted by a prediction: induced miss
+    assert policy.lam == 0.5
+    leaves = set(range(10)) - {5}
+    assert policy.pick_victim(leaves, 11) == 0  # the induced miss's round follows LRU
+    policy.on_evicted(0)
+    policy.predictor.calls.clear()
+    policy.predictor.values = {4: 50.0, 6: 60.0}
+    policy.begin_eviction(None, 12)
+    assert policy.window == math.floor(0.5 * 8) == 4
+    assert policy.pick_victim(leaves - {0}, 12) == 4  # 6 is the 5th oldest: outside
+    assert sorted(policy.predictor.calls[0]) == [1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("shrink_every, lams", [(1, [0.5, 0.25, 0.125]), (2, [1.0, 0.5, 0.5])])
+def test_lambda_shrinks_by_b_once_every_shrink_every_induced_misses(shrink_every, lams):
+    policy = filled(LARU, 64, {}, shrink_every=shrink_every)
+    seen = []
+    for i, key in enumerate([5, 6, 7]):  # each: evicted by prediction, then missed
+        policy.predictor.values = {key: 1e9}
+        policy.begin_eviction(None, 100 + 2 * i)
+        assert policy.pick_victim(set(policy.last_access), 100 + 2 * i) == key
+        policy.on_evicted(key)
+        policy.begin_eviction(key, 101 + 2 * i)
+        seen.append(policy.lam)
+    assert seen == lams
+    assert policy.stats.extra["prediction_induced_misses"] == 3
+
+
+def test_a_new_phase_restores_lambda_and_clears_the_record():
+    policy = filled(LARU, 4, {2: 9.0})
+    policy.begin_eviction(None, 4)
+    assert policy.pick_victim({0, 1, 2, 3}, 4) == 2
+    policy.on_evicted(2)
+    policy.begin_eviction(2, 5)
+    assert policy.lam == 0.5
+    policy.on_access([0, 1, 3], 6, [10, 10, 10])  # every old node requested: phase over
+    policy.begin_eviction(2, 7)
+    assert policy.lam == 1.0 and policy.stats.extra["phases"] == 2
+    assert policy.stats.extra["prediction_induced_misses"] == 1
+
+
+def test_only_decisive_predictions_count_and_are_recorded():
+    policy = filled(LARU, 4, {0: 9.0})  # the prediction agrees with LRU
+    policy.begin_eviction(None, 4)
+    assert policy.pick_victim({0, 1, 2, 3}, 4) == 0
+    assert policy.stats.prediction_evictions == 0 and policy.stats.lru_evictions == 1
+    assert not policy.evicted_by_prediction
+
+
+def recorded(cls, w, capacity, predictor, **options):
+    class Recording(cls):
+        def on_evicted(self, key):
+            self.victims.append(key)
+            super().on_evicted(key)
+
+    policy = Recording(predictor, **options)
+    policy.victims = []
+    hits = replay_lcr(w, capacity, policy)
+    return hits, policy.victims, policy.stats
+
+
+@pytest.mark.parametrize("noise", [0.0, 0.5, 1.0])
+@pytest.mark.parametrize("options", [{}, {"check": "insert", "record": "phase", "fallback": "one"},
+                                     {"shrink_every": 0, "phase": "tokens"}])
+def test_incremental_window_makes_the_spec_decisions_victim_by_victim(noise, options):
+    trace = real_trace("mooncake")
+    w = build_workload(trace.head(int(trace.request_offsets[600])))
+    capacity = w.distinct_tokens // 20
+    fast = recorded(LARU, w, capacity, PathOracle(w, noise, seed=3), **options)
+    spec = recorded(LARUSpec, w, capacity, PathOracle(w, noise, seed=3), **options)
+    assert len(fast[1]) > 100
+    assert fast[1] == spec[1] and fast[0] == spec[0]
+    # One batch per round at most, plus one per newcomer pick: far fewer than the spec's.
+    assert fast[2].predictor_calls < spec[2].predictor_calls
+
+
+def test_oracle_laru_equals_leaf_opt_and_inverted_stays_near_lru():
+    w = build_workload(generate("online_qa:conversations=600,seed=2"))
+    for capacity in (w.distinct_tokens * 5 // 100, w.distinct_tokens * 8 // 100):
+        opt = replay_lcr(w, capacity, make_policy("opt", w))
+        lru = replay_lcr(w, capacity, make_policy("lru", w))
+        assert replay_lcr(w, capacity, LARU(PathOracle(w))) >= 0.995 * opt
+        assert replay_lcr(w, capacity, LARU(PathOracle(w, 1.0))) >= 0.98 * lru
+
+
+def test_the_tree_tells_the_policy_each_miss_and_each_parent():
+    w = build_workload(generate("online_qa:conversations=50,seed=1"))
+
+    class Watch(LARU):
+        misses: list = []
+
+        def on_miss(self, key, now):
+            self.misses.append((key, now))
+            super().on_miss(key, now)
+
+    policy = Watch(PathOracle(w))
+    tree = RadixTree(w.distinct_tokens, policy)
+    for now, request in enumerate(w.requests):
+        tree.serve(request, now)
+    assert len(policy.misses) == sum(1 for _ in w.requests) - sum(
+        1 for t, r in enumerate(w.requests) if all(w.next_use(p, -1) < t for p in r.paths))
+    child = next(n for n in tree.nodes.values() if n.parent is not tree.root)
+    assert tree.parent_key(child.key) == child.parent.key
