@@ -56,7 +56,7 @@ class NewestFirst(FeaturePredictor):
     serving keys must lead to the same choices."""
 
     def predict(self, keys, now):
-        return [2 * now - self.features.last.get(k, now) for k in keys]
+        return [float(self.features.last.get(k, now)) for k in keys]
 
 
 # Item 2 of issue 18: one observation per node per request -----------------------------

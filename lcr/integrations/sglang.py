@@ -105,6 +105,12 @@ class PolicyDriver(CacheView):
         keys = set(keys)
         return sum(len(n.key) for n in self._cached_nodes() if self.key_of(n) in keys)
 
+    def parent_key(self, key):
+        """Parent of a leaf of the current eviction pass (what policies ask about)."""
+        node = self._pass_leaves.get(key) if self._pass_leaves is not None else None
+        parent = node.parent if node is not None else None
+        return None if parent is None or parent is self.tree_core.root_node else self.key_of(parent)
+
     def _cached_nodes(self):
         stack, root = list(self.tree_core.root_node.children.values()), self.tree_core.root_node
         while stack:
@@ -146,6 +152,7 @@ class PolicyDriver(CacheView):
             else:
                 parent_key = self.key_of(node) if node is not self.tree_core.root_node else 0
                 self.pending_missing = prefix_key(parent_key, tokens[matched:matched + self.page_size])
+            self.policy.on_miss(self.pending_missing, self.now)
 
     @contextmanager
     def inserting_for(self, req):
@@ -207,7 +214,7 @@ class PolicyDriver(CacheView):
     def pick(self, leaves) -> object:
         started = time.perf_counter()
         by_key = self._leaves_by_key(leaves)
-        key = self.policy.pick_victim(list(by_key), max(self.now, 0))
+        key = self.policy.pick_victim(by_key, max(self.now, 0))
         self.policy_seconds += time.perf_counter() - started
         node = by_key.pop(key)
         self._last_victim = node
@@ -315,9 +322,8 @@ class PolicyRadixCache(UnifiedRadixCache):
 
             labels = getattr(getattr(self, "metrics_collector", None), "labels", None) or {}
             self.driver.exporter = PolicyMetricsExporter(dict(labels))
-        predictor = getattr(self.driver.policy, "predictor", None)
         log.info("lcr: %s radix cache over %d tokens (%s)%s", self.policy_name, capacity, config.describe(),
-                 f"; predictor {getattr(predictor, 'name', type(predictor).__name__)}" if predictor else "")
+                 _predictor_line(self.driver.policy))
 
     def reset(self) -> None:
         super().reset()
@@ -349,6 +355,16 @@ class PolicyRadixCache(UnifiedRadixCache):
             return super()._evict(params, *args, **kwargs)
         finally:
             self.driver.end_pass(time.perf_counter() - started)
+
+
+def _predictor_line(policy) -> str:
+    """'; predictor NAME' for the start-up line, saying what answers until a fit."""
+    predictor = getattr(policy, "predictor", None)
+    if predictor is None:
+        return ""
+    name = getattr(predictor, "name", type(predictor).__name__)
+    serving = getattr(policy, "predictor_name", name)
+    return f"; predictor {name}" + (f" (answered by {serving} until it fits)" if serving != name else "")
 
 
 class LARURadixCache(PolicyRadixCache):

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from lcr.errors import LcrInputError
 from lcr.kv import policies as P
 from lcr.integrations.serving_predictor import GuardedPredictor, ServiceNodePredictor, check_service_url
-from lcr.kv.predictors import LightGBMNodePredictor, RecentIntervalsPredictor
+from lcr.kv.predictors import LearnedNodePredictor, RecentIntervalsPredictor
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +110,7 @@ def make_serving_predictor(options: dict, check: bool = True) -> GuardedPredicto
         inner = ServiceNodePredictor(url, timeout_s=timeout_s, retry_after_s=backoff_s, check=check)
     elif options.get("predictor", DEFAULT_PREDICTOR) == "lightgbm":
         try:
-            inner = LightGBMNodePredictor()
+            inner = LearnedNodePredictor()
         except LcrInputError as err:  # lightgbm not installed: serve with the simple estimate
             log.warning("LARU predictor: %s; using recent intervals instead", err)
             inner = RecentIntervalsPredictor()
