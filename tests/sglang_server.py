@@ -28,6 +28,26 @@ def pythonpath() -> str:
     return os.pathsep.join(filter(None, [str(STUBS), str(REPO), os.environ.get("PYTHONPATH")]))
 
 
+def import_sglang_or_skip(*extra: str) -> None:
+    """Import SGLang's radix cache (and ``extra`` modules) in this process, or skip the
+    calling test module. CPU-only machines get the stand-ins: the PyPI torchvision wheels
+    link CUDA, and SGLang only imports it."""
+    import importlib
+
+    import pytest
+
+    try:
+        import torchvision  # noqa: F401
+    except Exception:
+        sys.path.insert(0, str(STUBS))
+    try:
+        for module in ("sglang.srt.mem_cache.unified_radix_cache", *extra):
+            importlib.import_module(module)
+    except ImportError as err:
+        pytest.skip(f"needs sglang ({err}); pip install --no-deps -r sglang_patch/requirements-cpu.txt",
+                    allow_module_level=True)
+
+
 def sglang_serves() -> bool:
     env = {**os.environ, "PYTHONPATH": pythonpath()}
     probe = "import uvicorn, fastapi, sglang.srt.entrypoints.http_server"

@@ -18,20 +18,10 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _import_sglang():
-    try:
-        import torchvision  # noqa: F401
-    except Exception:  # CPU-only machines: the PyPI wheels link CUDA; SGLang only imports it
-        sys.path.insert(0, str(Path(__file__).parent / "sglang_stubs"))
-    try:
-        import fastapi  # noqa: F401
-        import sglang.srt.mem_cache.unified_radix_cache  # noqa: F401
-        import uvicorn  # noqa: F401
-    except ImportError as err:
-        pytest.skip(f"needs sglang and the predictor service's dependencies ({err})", allow_module_level=True)
+sys.path.insert(0, str(Path(__file__).parent))
+from sglang_server import import_sglang_or_skip  # noqa: E402
 
-
-_import_sglang()
+import_sglang_or_skip("fastapi", "uvicorn")
 
 from lcr.integrations.serving_predictor import ServiceNodePredictor  # noqa: E402
 from lcr.integrations.sglang_config import PolicyConfig, build_policy  # noqa: E402

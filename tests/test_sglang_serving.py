@@ -11,18 +11,10 @@ from pathlib import Path
 import pytest
 
 
-def _import_sglang():
-    try:
-        import torchvision  # noqa: F401
-    except Exception:  # CPU-only machines: the PyPI wheels link CUDA; SGLang only imports it
-        sys.path.insert(0, str(Path(__file__).parent / "sglang_stubs"))
-    try:
-        import sglang.srt.mem_cache.unified_radix_cache  # noqa: F401
-    except ImportError as err:
-        pytest.skip(f"sglang is not installed ({err})", allow_module_level=True)
+sys.path.insert(0, str(Path(__file__).parent))
+from sglang_server import import_sglang_or_skip  # noqa: E402
 
-
-_import_sglang()
+import_sglang_or_skip()
 
 from sglang.srt.mem_cache.base_prefix_cache import EvictParams  # noqa: E402
 
@@ -157,6 +149,16 @@ def test_a_split_keeps_the_upper_key_and_rekeys_the_lower_part():
     assert policy.last_access[keys[(7, 8)]] == 0 and policy.last_access[whole] == 1
 
 
+def served_laru():
+    """LARU (recent intervals) after serving online_qa through SGLang's tree."""
+    w = online_qa()
+    capacity = w.distinct_tokens // 10
+    policy = make_policy("laru", w, predictor=RecentIntervalsPredictor())
+    cache, allocator = build_cache(policy, capacity)
+    replay_sglang(w, capacity, policy, cache=(cache, allocator))
+    return w, capacity, policy, cache, allocator
+
+
 # Item 6 of issue 18: the eviction pass ---------------------------------------------------
 def test_a_pass_keys_each_leaf_once_and_builds_no_sglang_heap(monkeypatch):
     from sglang.srt.mem_cache.unified_cache.components.full import FullComponent
@@ -181,11 +183,7 @@ def test_a_pass_keys_each_leaf_once_and_builds_no_sglang_heap(monkeypatch):
 
 
 def test_the_metric_covers_whole_passes():
-    w = online_qa()
-    capacity = w.distinct_tokens // 10
-    policy = make_policy("laru", w, predictor=RecentIntervalsPredictor())
-    cache, allocator = build_cache(policy, capacity)
-    replay_sglang(w, capacity, policy, cache=(cache, allocator))
+    w, capacity, policy, cache, allocator = served_laru()
     m = cache.driver.metrics()
     assert 0 < m["eviction_passes"] < m["evictions"]
     assert m["eviction_seconds"] > m["policy_seconds"] > 0
@@ -291,11 +289,7 @@ def test_startup_log_names_the_serving_predictor(caplog):
 def test_a_flush_restarts_the_policy_and_keeps_the_counters():
     """/flush_cache empties the tree: LARU's phase set and keys must go with it (a stale
     phase set never empties, so no new phase would ever start)."""
-    w = online_qa()
-    capacity = w.distinct_tokens // 10
-    policy = make_policy("laru", w, predictor=RecentIntervalsPredictor())
-    cache, allocator = build_cache(policy, capacity)
-    replay_sglang(w, capacity, policy, cache=(cache, allocator))
+    w, capacity, policy, cache, allocator = served_laru()
     before = cache.driver.metrics()
     assert before["evictions"] > 0
     cache.reset()
