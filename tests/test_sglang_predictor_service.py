@@ -89,7 +89,8 @@ def test_serving_survives_the_service_dying_hanging_and_coming_back(port):
 
         # 1. Serving with the service: observations and predictions reach it.
         replay_sglang(parts[0], capacity, policy, cache=cache)
-        assert stats.prediction_evictions > 0 and stats.extra["predictor_fallbacks"] == 0
+        # (The service's model has not fitted yet: its answers are NaN, so the choices are LRU's.)
+        assert stats.predictor_calls > 0 and stats.extra["predictor_fallbacks"] == 0
         guard.inner.client.flush()
         seen = service.metrics()
         assert seen["observe_requests"] > 0 and seen["predict_requests"] > 0
@@ -105,11 +106,11 @@ def test_serving_survives_the_service_dying_hanging_and_coming_back(port):
         # 3. Back on the same port: predictions resume after the back-off.
         service = Service(port)
         time.sleep(0.6)
-        before_fallbacks, before_predicted = stats.extra["predictor_fallbacks"], stats.prediction_evictions
+        before_fallbacks, before_calls = stats.extra["predictor_fallbacks"], stats.predictor_calls
         replay_sglang(parts[2], capacity, policy, cache=cache)
-        assert stats.prediction_evictions > before_predicted
-        assert service.metrics()["predict_requests"] > 0
         resumed_fallbacks = stats.extra["predictor_fallbacks"] - before_fallbacks
+        assert stats.predictor_calls - before_calls > resumed_fallbacks + 5
+        assert service.metrics()["predict_requests"] > 5
 
         # 4. Hung (stopped, connections accepted but never answered): bounded time.
         os.killpg(service.proc.pid, signal.SIGSTOP)
