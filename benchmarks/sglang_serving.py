@@ -111,6 +111,12 @@ def pass_costs(prompts: list[list[int]], pool: int, specs: list[str], repeats: i
     """Mean seconds per eviction pass on SGLang's tree, stock LRU against lcr's backends."""
     from array import array
 
+    from sglang_server import STUBS
+    try:
+        import torchvision  # noqa: F401
+    except Exception:  # CPU-only machines: the PyPI wheels link CUDA; SGLang only imports it
+        sys.path.insert(0, str(STUBS))
+
     import torch
     from sglang.srt.mem_cache.base_prefix_cache import EvictParams, InsertParams, MatchPrefixParams
     from sglang.srt.mem_cache.cache_init_params import CacheInitParams
