@@ -35,7 +35,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--laru-b", type=float, help="LARU: lambda is divided by b (default 2)")
     p.add_argument("--laru-k", type=int, help="LARU: cache size k in nodes (default: cached nodes at each phase start)")
     p.add_argument("--laru-shrink-every", type=int,
-                   help="LARU: prediction-induced misses per lambda step (default k // 32)")
+                   help="LARU: prediction-induced misses per lambda step (default 1; 0: k // 32)")
     p.add_argument("--hf-window", type=int, help="HF: candidate window in leaves (default 4)")
     p.add_argument("--rlt-seed", type=int, help="RLT: random seed (default 0)")
     p.add_argument("--predictor", choices=PREDICTORS,

@@ -80,6 +80,9 @@ def test_chat_replay_cli_and_bad_file(tmp_path, capsys):
     assert main(["sim-kv", f"chat:{bad}", "--cache-tokens", "10%"]) == 2
     err = capsys.readouterr().err
     assert "bad.jsonl:2" in err and err.count("\n") == 1
+    assert main(["sim-kv", f"chat:{tmp_path / 'missing.jsonl'}", "--cache-tokens", "10%"]) == 2
+    err = capsys.readouterr().err
+    assert "missing.jsonl: cannot read" in err and err.count("\n") == 1
 
 
 def test_learned_predictor_serves_intervals_until_its_early_first_fit():

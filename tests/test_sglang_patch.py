@@ -71,7 +71,7 @@ def test_options_build_the_policy():
     (["--laru-b", "1"], "must be > 1, got 1"),
     (["--laru-k", "0"], "laru option k (LARU's cache size in nodes) must be >= 1, got 0"),
     (["--laru-k", "2.5"], "argument --laru-k: invalid int value: '2.5'"),
-    (["--laru-shrink-every", "0"], "shrink_every (prediction-induced misses per lambda step) must be >= 1"),
+    (["--laru-shrink-every", "-1"], "shrink_every (prediction-induced misses per lambda step, 0: k // 32) must be >= 0"),
     (["--predictor-timeout-ms", "-5"], "predictor_timeout_ms (predictor timeout) must be > 0, got -5"),
     (["--predictor-timeout-ms", "nan"], "must be a finite number"),
     (["--predictor-backoff-s", "-1"], "predictor_backoff_s"),

@@ -31,7 +31,7 @@ DEFAULTS = {"predictor_timeout_ms": 50.0, "predictor_backoff_s": 5.0, "predictor
 _RULES = {
     "b": ("number", 1, True, "LARU's lambda divisor"),
     "k": ("int", 1, False, "LARU's cache size in nodes"),
-    "shrink_every": ("int", 1, False, "prediction-induced misses per lambda step"),
+    "shrink_every": ("int", 0, False, "prediction-induced misses per lambda step, 0: k // 32"),
     "window": ("int", 1, False, "HF's candidate window"),
     "seed": ("int", 0, False, "RLT's seed"),
     "predictor_timeout_ms": ("number", 0, True, "predictor timeout"),

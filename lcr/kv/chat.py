@@ -27,7 +27,11 @@ CHAT_BLOCK_TOKENS = 32
 def read_sessions(path: str | Path, limit: int | None = None) -> list[list[str]]:
     """Conversations as lists of message texts (only those starting with a user turn)."""
     sessions = []
-    with open(path, encoding="utf-8") as f:
+    try:
+        f = open(path, encoding="utf-8")
+    except OSError as err:
+        raise LcrInputError(f"{path}: cannot read ({err.strerror})") from None
+    with f:
         for number, line in enumerate(f, 1):
             if not line.strip():
                 continue

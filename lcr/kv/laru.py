@@ -12,6 +12,11 @@ Rules (each measured in docs/kv.md; the options name the alternatives tried):
 * Induced miss (``check``): a request whose first missing block heads a node that a
   prediction evicted in this phase. ``evict`` (default) checks when that request needs
   room; ``insert`` (the authors') checks every request that misses, room or not.
+* Induced-miss condition (``induced``): ``phase`` (Algorithm 1's line 14) asks that
+  the prediction eviction fell in this phase; ``stale`` (the paper's definition in its
+  text) asks that some cached node has not been requested since that eviction (the
+  oldest request stamp, O(1)), whichever phase it fell in; a split's lower part counts
+  as requested when it is split off.
 * Record (``record``): ``phase`` (the authors') keeps a prediction-evicted key for the
   whole phase; ``cached`` drops it once the node is cached again.
 * Fallback (``fallback``): ``round`` evicts the whole eviction round of an induced miss
@@ -39,7 +44,7 @@ import math
 
 from sortedcontainers import SortedList
 
-from lcr.kv.policies import _Predictive, as_container
+from lcr.kv.policies import _Predictive, as_container, restamp
 from lcr.policies.predictions import NextAccessPredictor
 
 PHASES = ("nodes", "tokens")
@@ -47,6 +52,7 @@ CHECKS = ("evict", "insert")
 RECORDS = ("phase", "cached")
 FALLBACKS = ("round", "one")
 CONFIDENCES = ("phase", "earned")
+INDUCED = ("phase", "stale")
 
 
 class LARURules(_Predictive):
@@ -57,7 +63,8 @@ class LARURules(_Predictive):
 
     def __init__(self, predictor: NextAccessPredictor, k: int | None = None, b: float = 2.0,
                  shrink_every: int | None = 1, phase: str = "nodes", check: str = "evict",
-                 record: str = "cached", fallback: str = "round", confidence: str = "phase"):
+                 record: str = "cached", fallback: str = "round", confidence: str = "earned",
+                 induced: str = "stale"):
         super().__init__(predictor)
         if k is not None and k < 1:
             raise ValueError(f"laru needs k >= 1, got {k}")
@@ -67,21 +74,25 @@ class LARURules(_Predictive):
             raise ValueError(f"laru shrink_every must be >= 0 (0: every k // 32 misses), got {shrink_every}")
         for value, valid, what in ((phase, PHASES, "phase"), (check, CHECKS, "check"),
                                    (record, RECORDS, "record"), (fallback, FALLBACKS, "fallback"),
-                                   (confidence, CONFIDENCES, "confidence")):
+                                   (confidence, CONFIDENCES, "confidence"), (induced, INDUCED, "induced")):
             if value not in valid:
                 raise ValueError(f"laru {what} must be one of {', '.join(valid)}, got {value!r}")
         self.fixed_k = k
         self.k = k or 1
         self.b = float(b)
-        self.fixed_shrink_every = shrink_every or None
+        # None: the default (every miss, Algorithm 1); 0: the paper's k // 32.
+        self.fixed_shrink_every = None if shrink_every == 0 else (shrink_every or 1)
         self.phase, self.check, self.record, self.fallback = phase, check, record, fallback
-        self.confidence = confidence
+        self.confidence, self.induced = confidence, induced
         self.lam = 1.0
         self.old: set[int] = set()
         self.phase_tokens = 0           # phase="tokens": distinct tokens requested this phase
         self._phase_seen: set[int] = set()
         self._size: dict[int, int] = {}  # tokens of each node, from access depths
-        self.evicted_by_prediction: set[int] = set()
+        self.evicted_by_prediction: dict[int, int] = {}  # key -> time of that eviction
+        self.requested = SortedList()  # (time requested, key) of cached nodes (induced="stale")
+        self._requested_at: dict[int, int] = {}
+        self._split_off: list[int] = []
         self._induced_in_phase = 0
         self._lru_round = False
         self._lru_budget = 0
@@ -101,7 +112,15 @@ class LARURules(_Predictive):
         super().on_access(keys, now, depths)
         self.old.difference_update(keys)
         if self.record == "cached":
-            self.evicted_by_prediction.difference_update(keys)
+            for key in keys:
+                self.evicted_by_prediction.pop(key, None)
+        if self.induced == "stale":
+            for key in keys:
+                self._stamp(key, now)
+            for key in self._split_off:
+                if key in self._requested_at:
+                    self._stamp(key, now)
+            self._split_off.clear()
         if depths is not None:
             above = None
             for key, depth in zip(keys, depths):
@@ -117,6 +136,9 @@ class LARURules(_Predictive):
         # so its lower part does not join O (it would hold the phase open on blocks that
         # leaf-OPT never sees as separate, and register misses exact predictions cause).
         super().on_split(key, lower_key)
+        if self.induced == "stale":  # stamped with the access that split it
+            self._stamp(lower_key, self._requested_at.get(key, -1))
+            self._split_off.append(lower_key)
         if key in self._phase_seen:
             self._phase_seen.add(lower_key)
 
@@ -135,6 +157,9 @@ class LARURules(_Predictive):
 
     def on_evicted(self, key):
         super().on_evicted(key)
+        stamp = self._requested_at.pop(key, None)
+        if stamp is not None:
+            self.requested.discard((stamp, key))
         self.old.discard(key)
         self._size.pop(key, None)
 
@@ -150,7 +175,9 @@ class LARURules(_Predictive):
         victim, oldest = self.window_choice(leaves, now)
         victim = self.count(victim, oldest)
         if victim != oldest:
-            self.evicted_by_prediction.add(victim)
+            self.evicted_by_prediction[victim] = now
+            if len(self.evicted_by_prediction) > 4 * len(self.last_access) + 1024:
+                del self.evicted_by_prediction[next(iter(self.evicted_by_prediction))]  # oldest
         self.round_evicts(victim)
         return victim
 
@@ -166,6 +193,9 @@ class LARURules(_Predictive):
         raise NotImplementedError
 
     # Phases and induced misses --------------------------------------------------------
+    def _stamp(self, key: int, t: int) -> None:
+        restamp(self._requested_at, self.requested, key, t)
+
     def _phase_over(self) -> bool:
         if not self._started:
             return True
@@ -174,12 +204,15 @@ class LARURules(_Predictive):
         return not self.old
 
     def _check_induced(self, key: int) -> None:
-        if key not in self.evicted_by_prediction:
+        evicted_at = self.evicted_by_prediction.get(key)
+        if evicted_at is None:
             return
+        if self.induced == "stale" and not (self.requested and self.requested[0][0] < evicted_at):
+            return  # every cached node was requested since: that eviction cost nothing
         self.stats.extra["prediction_induced_misses"] += 1
         self._induced_in_phase += 1
         if self.record == "cached":
-            self.evicted_by_prediction.discard(key)
+            self.evicted_by_prediction.pop(key, None)
         if self.fallback == "round":
             self._lru_round = True
         else:
@@ -194,7 +227,8 @@ class LARURules(_Predictive):
         self.k = self.fixed_k or max(1, len(self.old))
         if self.confidence == "phase" or self._induced_in_phase == 0:
             self.lam = min(1.0, self.lam * self.b) if self.confidence == "earned" else 1.0
-        self.evicted_by_prediction.clear()
+        if self.induced == "phase":
+            self.evicted_by_prediction.clear()
         self._induced_in_phase = 0
         self.stats.extra["phases"] += 1
 
@@ -212,10 +246,12 @@ class LARU(LARURules):
         self._l = 1
         self._now = 0
         self._failed = False
+        self._predicted: set[int] = set()  # keys predicted in this round
 
     def begin_round(self, now):
         self._ready = False
         self._now = now
+        self._predicted: set[int] = set()  # keys predicted in this round
 
     def window_choice(self, leaves, now):
         if not self._ready:
@@ -238,7 +274,10 @@ class LARU(LARURules):
         if victim in self._in_window:
             self._in_window.discard(victim)
             self._members.discard((last, victim))
-        self._hint = self.view.parent_key(victim) if self.view is not None else None
+        if self.view is not None and self.view.knows_parents:
+            self._hint = self.view.parent_key(victim)
+        else:
+            self._ready = False  # no parent hints: walk the window again at the next pick
 
     def _fill_window(self, leaves):
         self._l = self.window
@@ -246,7 +285,7 @@ class LARU(LARURules):
         self._in_window = {key for _, key in self._members}
         self._heap = []
         self._hint = None
-        self._failed = False
+        self._failed = False if not self._predicted else self._failed
         self._ready = True
         self._add(list(self._members))
 
@@ -278,9 +317,11 @@ class LARU(LARURules):
         leaf needs no prediction: it is LRU's choice)."""
         if self._l <= 1 or self._failed or not entries:
             return
-        if not self.predict([key for _, key in entries], self._now):
+        keys = [key for _, key in entries if key not in self._predicted]
+        if keys and not self.predict(keys, self._now):
             self._failed = True  # the rest of this round follows LRU
             return
+        self._predicted.update(keys)
         rank = self.table.rank
         for last, key in entries:
             heapq.heappush(self._heap, (-rank(key), last, key))

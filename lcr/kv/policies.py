@@ -45,9 +45,12 @@ class CacheView(ABC):
     def tokens_of(self, keys: Iterable[int]) -> int:
         """Tokens held by the cached nodes among ``keys``."""
 
+    #: Whether ``parent_key`` answers; without it LARU rebuilds its window at every pick.
+    knows_parents: bool = False
+
     def parent_key(self, key: int) -> int | None:
-        """Key of the cached parent of ``key`` (None: the root, or unknown). Lets a
-        policy learn, without scanning, which node may become a leaf after an eviction."""
+        """Key of the cached parent of ``key`` (None: the root). Lets a policy learn,
+        without scanning, which node may become a leaf after an eviction."""
         return None
 
 
@@ -105,11 +108,7 @@ class LeafPolicy(ABC):
         self.stats.evictions += 1
 
     def _touch(self, key: int, now: int) -> None:
-        old = self.last_access.get(key)
-        if old is not None:
-            self.recency.discard((old, key))
-        self.last_access[key] = now
-        self.recency.add((now, key))
+        restamp(self.last_access, self.recency, key, now)
 
     def lru_order(self, leaves: Iterable[int]) -> list[int]:
         """Leaves oldest first; the key breaks ties so every engine agrees (by sorting:
@@ -135,6 +134,15 @@ class LeafPolicy(ABC):
             return found[0][1]
         get = self.last_access.get  # leaves the policy never saw accessed (engine misuse)
         return min(leaves, key=lambda k: (get(k, -1), k))
+
+
+def restamp(stamps: dict, order: SortedList, key: int, t: int) -> None:
+    """Set ``stamps[key] = t`` and keep ``order`` (sorted (stamp, key)) in step."""
+    old = stamps.get(key)
+    if old is not None:
+        order.discard((old, key))
+    stamps[key] = t
+    order.add((t, key))
 
 
 def as_container(leaves):

@@ -48,6 +48,8 @@ class RadixTree(CacheView):
         nodes = self.nodes
         return sum(nodes[k].size for k in keys if k in nodes)
 
+    knows_parents = True
+
     def parent_key(self, key):
         node = self.nodes.get(key)
         parent = node.parent if node is not None else None
