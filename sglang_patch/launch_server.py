@@ -13,25 +13,42 @@ import runpy
 import sys
 
 from lcr.errors import LcrInputError
+from lcr.integrations.serving_predictor import TOKEN_ENV
+from lcr.integrations.sglang_config import (DEFAULT_PREDICTOR, DEFAULTS, PREDICTORS, PolicyConfig,
+                                            make_serving_predictor)
 
 POLICIES = ("lru", "laru", "fpb", "hf", "rlt", "lpc")
 _OWN_FLAGS = ("--radix-cache-backend", "--radix-eviction-policy-config")
 
 
+class _Parser(argparse.ArgumentParser):
+    """Bad flags are one line (LcrInputError), not argparse's usage block."""
+
+    def error(self, message):
+        raise LcrInputError(message)
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m sglang_patch.launch_server", add_help=False,
+    p = _Parser(prog="python -m sglang_patch.launch_server", add_help=False,
                                 description=__doc__)
     p.add_argument("--cache-policy", default="lru", help=f"one of {', '.join(POLICIES)}")
     p.add_argument("--laru-b", type=float, help="LARU: lambda is divided by b (default 2)")
     p.add_argument("--laru-k", type=int, help="LARU: cache size k in nodes (default: cached nodes at each phase start)")
     p.add_argument("--laru-shrink-every", type=int,
-                   help="LARU: prediction-induced misses per lambda step (default k // 32)")
+                   help="LARU: prediction-induced misses per lambda step (default 1; 0: k // 32)")
     p.add_argument("--hf-window", type=int, help="HF: candidate window in leaves (default 4)")
     p.add_argument("--rlt-seed", type=int, help="RLT: random seed (default 0)")
-    p.add_argument("--predictor", choices=("lightgbm", "intervals"),
-                   help="in-process predictor (default lightgbm when available)")
-    p.add_argument("--predictor-url", help="shared prediction service instead of in-process")
-    p.add_argument("--predictor-timeout-ms", type=float, help="service timeout (default 50)")
+    p.add_argument("--predictor", choices=PREDICTORS,
+                   help=f"in-process predictor (default {DEFAULT_PREDICTOR})")
+    p.add_argument("--predictor-url", help="a running `lcr serve-predictor` (http://host:port) instead of "
+                   f"in-process; its token, if any, from ${TOKEN_ENV}")
+    p.add_argument("--predictor-timeout-ms", type=float,
+                   help=f"a prediction slower than this backs off (default {DEFAULTS['predictor_timeout_ms']:g})")
+    p.add_argument("--predictor-backoff-s", type=float,
+                   help=f"serve LRU this long after a slow or failed prediction "
+                        f"(default {DEFAULTS['predictor_backoff_s']:g})")
+    p.add_argument("--predictor-budget-ms", type=float,
+                   help=f"predictor time per eviction pass (default {DEFAULTS['predictor_budget_ms']:g})")
     p.add_argument("--lcr-help", action="help", help="show these options and exit")
     return p
 
@@ -46,6 +63,7 @@ def translate(argv: list[str]) -> list[str]:
         ("b", ours.laru_b), ("k", ours.laru_k), ("shrink_every", ours.laru_shrink_every),
         ("window", ours.hf_window), ("seed", ours.rlt_seed), ("predictor", ours.predictor),
         ("predictor_url", ours.predictor_url), ("predictor_timeout_ms", ours.predictor_timeout_ms),
+        ("predictor_backoff_s", ours.predictor_backoff_s), ("predictor_budget_ms", ours.predictor_budget_ms),
     ) if value is not None}
     if policy == "lru":
         if options:
@@ -54,9 +72,7 @@ def translate(argv: list[str]) -> list[str]:
     clash = [flag for flag in _OWN_FLAGS if any(a == flag or a.startswith(flag + "=") for a in rest)]
     if clash:
         raise LcrInputError(f"--cache-policy {policy} sets {', '.join(clash)} itself; drop it")
-    from lcr.integrations.sglang_config import PolicyConfig, make_serving_predictor
-
-    config = PolicyConfig.parse(policy, options)  # unknown options for this policy fail here
+    config = PolicyConfig.parse(policy, options)  # unknown or out-of-range options fail here
     if "predictor_url" in options:
         make_serving_predictor(options)  # unreachable at start: a clear error now, not later
     return [*rest, "--radix-cache-backend", f"lcr-{policy}",

@@ -90,14 +90,8 @@ def test_eviction_beyond_what_is_evictable_returns_what_it_freed():
     w = online_qa()
     capacity = w.distinct_tokens // 10
     cache, allocator = build_cache(make_policy("rlt", w), capacity)
-    from lcr.integrations import sglang_sim
-
     # Fill the cache with a few requests, then ask for far more than it holds.
-    sglang_sim.build_cache = lambda p, c: (cache, allocator)
-    try:
-        replay_sglang(type(w)(w.requests[:20], "head"), capacity, None)
-    finally:
-        sglang_sim.build_cache = build_cache
+    replay_sglang(type(w)(w.requests[:20], "head"), capacity, None, cache=(cache, allocator))
     used = capacity - allocator.available_size()
     result = cache.evict(EvictParams(num_tokens=10 * capacity))
     assert result.num_tokens_evicted == used

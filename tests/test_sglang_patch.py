@@ -64,3 +64,41 @@ def test_options_build_the_policy():
     assert isinstance(laru, LARU) and laru.b == 4 and laru.shrink_every == 3
     assert isinstance(build_policy(PolicyConfig.parse("hf", {"window": 8}), 10_000), HF)
     assert isinstance(build_policy(PolicyConfig.parse("rlt", None), 10_000), RLT)
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--laru-b", "0.5"], "laru option b (LARU's lambda divisor) must be > 1, got 0.5"),
+    (["--laru-b", "1"], "must be > 1, got 1"),
+    (["--laru-k", "0"], "laru option k (LARU's cache size in nodes) must be >= 1, got 0"),
+    (["--laru-k", "2.5"], "argument --laru-k: invalid int value: '2.5'"),
+    (["--laru-shrink-every", "-1"], "shrink_every (prediction-induced misses per lambda step, 0: k // 32) must be >= 0"),
+    (["--predictor-timeout-ms", "-5"], "predictor_timeout_ms (predictor timeout) must be > 0, got -5"),
+    (["--predictor-timeout-ms", "nan"], "must be a finite number"),
+    (["--predictor-backoff-s", "-1"], "predictor_backoff_s"),
+    (["--predictor-budget-ms", "0"], "predictor_budget_ms (predictor time per eviction pass) must be > 0"),
+    (["--predictor", "oracle"], "argument --predictor: invalid choice: 'oracle'"),
+    (["--predictor", "intervals", "--predictor-url", "http://127.0.0.1:9"], "predictor or predictor_url, not both"),
+    (["--predictor-url", "127.0.0.1:9"], "predictor_url must look like http://host:port"),
+])
+def test_every_launcher_option_is_checked_at_launch(flags, message, capsys):
+    assert main(["--cache-policy", "laru", *flags, "--model-path", "m"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("policy, flags, message", [
+    ("hf", ["--hf-window", "0"], "hf option window (HF's candidate window) must be >= 1, got 0"),
+    ("rlt", ["--rlt-seed", "-1"], "rlt option seed (RLT's seed) must be >= 0"),
+])
+def test_other_policies_options_are_checked_at_launch(policy, flags, message, capsys):
+    assert main(["--cache-policy", policy, *flags]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_backend_config_json_gets_the_same_checks():
+    with pytest.raises(LcrInputError, match="laru option b .* must be > 1"):
+        PolicyConfig.parse("laru", '{"b": 0.5}')
+    with pytest.raises(LcrInputError, match="laru option k .* must be an integer, got True"):
+        PolicyConfig.parse("laru", '{"k": true}')
+    with pytest.raises(LcrInputError, match="hf option window .* must be an integer, got '4'"):
+        PolicyConfig.parse("hf", '{"window": "4"}')

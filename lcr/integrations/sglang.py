@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict
+from contextlib import contextmanager
 from typing import Callable
 
 from sglang.srt.mem_cache.registry import create_unified_radix_cache, register_radix_cache_backend
@@ -59,11 +60,18 @@ class PolicyDriver(CacheView):
         self.now = -1
         self.pending_missing: int | None = None
         self._keys: dict[int, int] = {}  # node id -> key (serving mode)
-        self._seen_requests: OrderedDict[str, None] = OrderedDict()
+        self._request_time: OrderedDict[str, int] = OrderedDict()  # rid -> time of its first match
+        self.inserting_time: int | None = None  # set while a known request inserts
+        self._reported: dict[int, int] = {}  # key -> latest time reported to the policy
+        self._pass_leaves: dict[int, object] | None = None  # key -> leaf node, this eviction pass
+        self._last_victim = None
         self.policy_seconds = 0.0
+        self.eviction_seconds = 0.0
+        self.eviction_passes = 0
         self._log_every = 100
         self._logged_prediction = False
         self.exporter = None  # a PolicyMetricsExporter when SGLang runs with --enable-metrics
+        self._carried: dict[str, int] = {}  # counts of policies replaced by restart()
 
     # Keys ---------------------------------------------------------------------------
     def key_of(self, node) -> int:
@@ -97,6 +105,12 @@ class PolicyDriver(CacheView):
         keys = set(keys)
         return sum(len(n.key) for n in self._cached_nodes() if self.key_of(n) in keys)
 
+    def parent_key(self, key):
+        """Parent of a leaf of the current eviction pass (what policies ask about)."""
+        node = self._pass_leaves.get(key) if self._pass_leaves is not None else None
+        parent = node.parent if node is not None else None
+        return None if parent is None or parent is self.tree_core.root_node else self.key_of(parent)
+
     def _cached_nodes(self):
         stack, root = list(self.tree_core.root_node.children.values()), self.tree_core.root_node
         while stack:
@@ -106,18 +120,30 @@ class PolicyDriver(CacheView):
             stack.extend(node.children.values())
 
     # Tree events --------------------------------------------------------------------
+    def _report(self, node, now: int) -> None:
+        """Tell the policy about the path to ``node`` at ``now``: each node once per
+        request (a request matches once and inserts up to three times), and never at a
+        time older than one already reported for it (requests insert out of order)."""
+        keys, depths = self.path_keys(node) if node is not None else ([], [])
+        reported, fresh_keys, fresh_depths = self._reported, [], []
+        for key, depth in zip(keys, depths):
+            if reported.get(key, -1) < now:
+                reported[key] = now
+                fresh_keys.append(key)
+                fresh_depths.append(depth)
+        self.policy.on_access(fresh_keys, now, fresh_depths)
+
     def on_match(self, params, result) -> None:
         rid = getattr(getattr(params, "req", None), "rid", None)
         if rid is not None:
-            if rid in self._seen_requests:
-                return
-            self._seen_requests[rid] = None
-            if len(self._seen_requests) > _REMEMBERED_REQUESTS:
-                self._seen_requests.popitem(last=False)
+            if rid in self._request_time:
+                return  # a waiting request, matched again this round
+            self._request_time[rid] = self.now + 1
+            if len(self._request_time) > _REMEMBERED_REQUESTS:
+                self._request_time.popitem(last=False)
         self.now += 1
         node = self.tree_core.node_by_id(result.last_device_node)
-        keys, depths = self.path_keys(node)
-        self.policy.on_access(keys, self.now, depths)
+        self._report(node, self.now)
         tokens, matched = params.key.token_ids, result.device_prefix_len
         self.pending_missing = None
         if matched < len(params.key):
@@ -126,6 +152,15 @@ class PolicyDriver(CacheView):
             else:
                 parent_key = self.key_of(node) if node is not self.tree_core.root_node else 0
                 self.pending_missing = prefix_key(parent_key, tokens[matched:matched + self.page_size])
+            self.policy.on_miss(self.pending_missing, self.now)
+
+    @contextmanager
+    def inserting_for(self, req):
+        self.inserting_time = self._request_time.get(getattr(req, "rid", None))
+        try:
+            yield
+        finally:
+            self.inserting_time = None
 
     def on_insert(self, result) -> None:
         node = result.last_device_node
@@ -133,48 +168,91 @@ class PolicyDriver(CacheView):
             return
         if isinstance(node, int):
             node = self.tree_core.node_by_id(node)
-        keys, depths = self.path_keys(node)
-        self.policy.on_access(keys, max(self.now, 0), depths)
+        now = self.inserting_time if self.inserting_time is not None else max(self.now, 0)
+        self._report(node, now)
 
     def on_split(self, upper, lower) -> None:
         if self.sim_keys:
-            self.policy.on_split(first_token_key(upper), first_token_key(lower))
-            return
-        old = self._keys.pop(lower.id, None)
-        if old is None:
-            return
-        self._keys[upper.id] = old
-        new = self._keys[lower.id] = prefix_key(old, lower.key.token_ids[:self.page_size])
+            old, new = first_token_key(upper), first_token_key(lower)
+        else:
+            old = self._keys.pop(lower.id, None)
+            if old is None:
+                return
+            self._keys[upper.id] = old
+            new = self._keys[lower.id] = prefix_key(old, lower.key.token_ids[:self.page_size])
+        if old in self._reported:
+            self._reported[new] = self._reported[old]
         self.policy.on_split(old, new)
 
     def begin_eviction(self) -> None:
+        """An eviction pass starts: fresh predictor budget, leaves collected on first pick."""
+        self._pass_leaves, self._last_victim = None, None
+        begin_pass = getattr(getattr(self.policy, "predictor", None), "begin_pass", None)
+        if begin_pass is not None:
+            begin_pass()
         self.policy.begin_eviction(self.pending_missing, max(self.now, 0))
 
+    def end_pass(self, seconds: float) -> None:
+        self.eviction_seconds += seconds
+        self.eviction_passes += 1
+        self._pass_leaves, self._last_victim = None, None
+        if self.exporter is not None:
+            self.exporter.update(self.metrics())
+
+    def _leaves_by_key(self, leaves) -> dict:
+        """The pass's evictable leaves by key, kept up to date victim by victim (the
+        evicted leaf goes, its parent may come) instead of rebuilt for every victim."""
+        by_key, last = self._pass_leaves, self._last_victim
+        if by_key is not None and last is not None:
+            parent = last.parent
+            if parent is not None and parent in leaves:
+                by_key[self.key_of(parent)] = parent
+        if by_key is None or len(by_key) != len(leaves):
+            by_key = self._pass_leaves = {self.key_of(node): node for node in leaves}
+        return by_key
+
     def pick(self, leaves) -> object:
-        by_key = {self.key_of(node): node for node in leaves}
         started = time.perf_counter()
-        key = self.policy.pick_victim(list(by_key), max(self.now, 0))
+        by_key = self._leaves_by_key(leaves)
+        key = self.policy.pick_victim(by_key, max(self.now, 0))
         self.policy_seconds += time.perf_counter() - started
-        node = by_key[key]
+        node = by_key.pop(key)
+        self._last_victim = node
         self.policy.on_evicted(key)
         self._keys.pop(node.id, None)
+        self._reported.pop(key, None)
         stats = self.policy.stats
         first_prediction = stats.prediction_evictions == 1 and not self._logged_prediction
         if first_prediction or stats.evictions % self._log_every == 0:
             self._logged_prediction |= first_prediction
             log.info("lcr %s metrics: %s", self.policy.name,
                      " ".join(f"{k}={v}" for k, v in self.metrics().items()))
-        if self.exporter is not None:
-            self.exporter.update(self.metrics())
         return node
 
-    def metrics(self) -> dict:
+    def restart(self, policy: LeafPolicy) -> None:
+        """The tree was flushed: serve on with a fresh ``policy`` (keys, phases and
+        predictor history all described nodes that are gone); counters carry on."""
+        for name, value in self._policy_counts().items():
+            self._carried[name] = self._carried.get(name, 0) + value
+        self.policy = policy.bind(self)
+        self.now, self.pending_missing = -1, None
+        self._keys.clear()
+        self._request_time.clear()
+        self._reported.clear()
+
+    def _policy_counts(self) -> dict:
         stats = self.policy.stats.as_dict()
         return {"evictions": stats["evictions"],
                 "prediction_evictions": stats["prediction_evictions"],
                 "predictor_fallbacks": stats.get("predictor_fallbacks", 0),
-                "prediction_induced_misses": stats.get("prediction_induced_misses", 0),
-                "policy_seconds": round(self.policy_seconds, 6)}
+                "prediction_induced_misses": stats.get("prediction_induced_misses", 0)}
+
+    def metrics(self) -> dict:
+        counts = self._policy_counts()
+        return {**{k: v + self._carried.get(k, 0) for k, v in counts.items()},
+                "policy_seconds": round(self.policy_seconds, 6),
+                "eviction_passes": self.eviction_passes,
+                "eviction_seconds": round(self.eviction_seconds, 6)}
 
 
 class PolicyFullComponent(FullComponent):
@@ -185,8 +263,10 @@ class PolicyFullComponent(FullComponent):
         self.driver: PolicyDriver = cache.driver
 
     def _evict_device_start(self, request_cnt: int) -> None:
-        super()._evict_device_start(request_cnt)
-        self._evict_device_heap = []  # the driver decides, not SGLang's heap
+        # Not SGLang's: it builds a heap over every leaf that the driver would not use.
+        self._evict_device_request_cnt = request_cnt
+        self._evict_device_heap = []
+        self._evict_device_last_node = None
         self.driver.begin_eviction()
 
     def _evict_device_next_node(self, tracker, device_frees, host_frees, cache_actions):
@@ -233,16 +313,22 @@ class PolicyRadixCache(UnifiedRadixCache):
                                                ComponentType.FULL: PolicyFullComponent}
         allocator = params.token_to_kv_pool_allocator
         capacity = int(getattr(allocator, "size", 0) or 0)
-        self.driver = PolicyDriver(policy or build_policy(config, capacity, params.page_size),
-                                   capacity_tokens=capacity, page_size=params.page_size,
-                                   sim_keys=sim_keys)
+        self._new_policy = lambda: build_policy(config, capacity, params.page_size)
+        self.driver = PolicyDriver(policy or self._new_policy(), capacity_tokens=capacity,
+                                   page_size=params.page_size, sim_keys=sim_keys)
         super().__init__(params)
         if params.enable_metrics:
             from lcr.integrations.sglang_metrics import PolicyMetricsExporter
 
             labels = getattr(getattr(self, "metrics_collector", None), "labels", None) or {}
             self.driver.exporter = PolicyMetricsExporter(dict(labels))
-        log.info("lcr: %s radix cache over %d tokens (%s)", self.policy_name, capacity, config.describe())
+        log.info("lcr: %s radix cache over %d tokens (%s)%s", self.policy_name, capacity, config.describe(),
+                 _predictor_line(self.driver.policy))
+
+    def reset(self) -> None:
+        super().reset()
+        if self.driver.now >= 0:  # flushed after serving (not the reset inside __init__)
+            self.driver.restart(self._new_policy())
 
     def match_prefix(self, params):
         result = super().match_prefix(params)
@@ -253,6 +339,32 @@ class PolicyRadixCache(UnifiedRadixCache):
         result = super().insert(params)
         self.driver.on_insert(result)
         return result
+
+    # Inserts made for a request are its own accesses: dated at its match, not the latest.
+    def checkpoint_into_tree(self, req, *, up_to: int, **kwargs) -> None:
+        with self.driver.inserting_for(req):
+            super().checkpoint_into_tree(req, up_to=up_to, **kwargs)
+
+    def advance_unpublished_req(self, req) -> None:
+        with self.driver.inserting_for(req):
+            super().advance_unpublished_req(req)
+
+    def _evict(self, params, *args, **kwargs):
+        started = time.perf_counter()
+        try:
+            return super()._evict(params, *args, **kwargs)
+        finally:
+            self.driver.end_pass(time.perf_counter() - started)
+
+
+def _predictor_line(policy) -> str:
+    """'; predictor NAME' for the start-up line, saying what answers until a fit."""
+    predictor = getattr(policy, "predictor", None)
+    if predictor is None:
+        return ""
+    name = getattr(predictor, "name", type(predictor).__name__)
+    serving = getattr(policy, "predictor_name", name)
+    return f"; predictor {name}" + (f" (answered by {serving} until it fits)" if serving != name else "")
 
 
 class LARURadixCache(PolicyRadixCache):

@@ -5,22 +5,52 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from dataclasses import dataclass, field
 
 from lcr.errors import LcrInputError
 from lcr.kv import policies as P
-from lcr.kv.predictors import LightGBMNodePredictor, RecentIntervalsPredictor, ServicePredictor
+from lcr.integrations.serving_predictor import GuardedPredictor, ServiceNodePredictor, check_service_url
+from lcr.kv.predictors import LearnedNodePredictor, RecentIntervalsPredictor
 
 log = logging.getLogger(__name__)
 
+_PREDICTOR_OPTIONS = {"predictor", "predictor_url", "predictor_timeout_ms", "predictor_backoff_s",
+                      "predictor_budget_ms"}
 POLICY_OPTIONS = {
-    "laru": {"b", "k", "shrink_every", "predictor", "predictor_url", "predictor_timeout_ms"},
-    "fpb": {"predictor", "predictor_url", "predictor_timeout_ms"},
-    "hf": {"window", "predictor", "predictor_url", "predictor_timeout_ms"},
+    "laru": {"b", "k", "shrink_every", *_PREDICTOR_OPTIONS},
+    "fpb": set(_PREDICTOR_OPTIONS),
+    "hf": {"window", *_PREDICTOR_OPTIONS},
     "rlt": {"seed"},
     "lpc": {"scale", "prior"},  # lcr.lpc.serving: no request text reaches the policy yet
 }
 PREDICTORS = ("lightgbm", "intervals")
+DEFAULT_PREDICTOR = "intervals"  # measured best in serving: docs/kv.md, benchmarks/sglang_serving.py
+DEFAULTS = {"predictor_timeout_ms": 50.0, "predictor_backoff_s": 5.0, "predictor_budget_ms": 100.0}
+
+# option -> (kind, lower bound, bound is exclusive, what it means)
+_RULES = {
+    "b": ("number", 1, True, "LARU's lambda divisor"),
+    "k": ("int", 1, False, "LARU's cache size in nodes"),
+    "shrink_every": ("int", 0, False, "prediction-induced misses per lambda step, 0: k // 32"),
+    "window": ("int", 1, False, "HF's candidate window"),
+    "seed": ("int", 0, False, "RLT's seed"),
+    "predictor_timeout_ms": ("number", 0, True, "predictor timeout"),
+    "predictor_backoff_s": ("number", 0, False, "time to serve LRU after a slow or failed prediction"),
+    "predictor_budget_ms": ("number", 0, True, "predictor time per eviction pass"),
+}
+
+
+def _check_value(policy: str, name: str, value) -> None:
+    kind, low, exclusive, meaning = _RULES[name]
+    numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind == "int" and not (numeric and float(value).is_integer()):
+        raise LcrInputError(f"{policy} option {name} ({meaning}) must be an integer, got {value!r}")
+    if not numeric or not math.isfinite(value):
+        raise LcrInputError(f"{policy} option {name} ({meaning}) must be a finite number, got {value!r}")
+    if value < low or (exclusive and value == low):
+        raise LcrInputError(f"{policy} option {name} ({meaning}) must be {'>' if exclusive else '>='} "
+                            f"{low}, got {value:g}")
 
 
 @dataclass
@@ -30,6 +60,8 @@ class PolicyConfig:
 
     @classmethod
     def parse(cls, policy: str, raw) -> "PolicyConfig":
+        """Options of ``policy`` from JSON text or a dict; every value checked (one rule
+        for the launcher and the backend, so a bad value fails at launch)."""
         if policy not in POLICY_OPTIONS:
             raise LcrInputError(f"unknown cache policy {policy!r}; valid: lru, {', '.join(POLICY_OPTIONS)}")
         if raw is None or raw == "":
@@ -45,28 +77,48 @@ class PolicyConfig:
         if unknown:
             raise LcrInputError(f"{policy} options: unknown {', '.join(sorted(unknown))}; "
                                 f"valid: {', '.join(sorted(POLICY_OPTIONS[policy]))}")
+        for name, value in raw.items():
+            if name in _RULES:
+                _check_value(policy, name, value)
         predictor = raw.get("predictor")
         if predictor is not None and predictor not in PREDICTORS:
             raise LcrInputError(f"{policy} options: unknown predictor {predictor!r}; "
                                 f"valid: {', '.join(PREDICTORS)} (or predictor_url)")
+        if "predictor_url" in raw:
+            if predictor is not None:
+                raise LcrInputError(f"{policy} options: give predictor or predictor_url, not both")
+            if not isinstance(raw["predictor_url"], str):
+                raise LcrInputError(f"{policy} options: predictor_url must be a string")
+            check_service_url(raw["predictor_url"])
         return cls(policy, dict(raw))
 
     def describe(self) -> str:
         return ", ".join(f"{k}={v}" for k, v in sorted(self.options.items())) or "defaults"
 
 
-def make_serving_predictor(options: dict):
-    """A service at ``predictor_url``, else LightGBM when lcr has it, else the
-    recent-intervals estimate (the same per-node history the LightGBM features use)."""
+def _option(options: dict, name: str) -> float:
+    return float(options.get(name, DEFAULTS[name]))
+
+
+def make_serving_predictor(options: dict, check: bool = True) -> GuardedPredictor:
+    """The predictor a serving cache uses, behind the time guard: the service at
+    ``predictor_url``, else the in-process ``predictor`` (default ``DEFAULT_PREDICTOR``;
+    LightGBM without lightgbm installed degrades to recent intervals, with a warning)."""
+    timeout_s = _option(options, "predictor_timeout_ms") / 1000
+    backoff_s = _option(options, "predictor_backoff_s")
     url = options.get("predictor_url")
     if url:
-        return ServicePredictor(url, timeout_s=options.get("predictor_timeout_ms", 50) / 1000)
-    if options.get("predictor", "lightgbm") == "lightgbm":
+        inner = ServiceNodePredictor(url, timeout_s=timeout_s, retry_after_s=backoff_s, check=check)
+    elif options.get("predictor", DEFAULT_PREDICTOR) == "lightgbm":
         try:
-            return LightGBMNodePredictor()
+            inner = LearnedNodePredictor()
         except LcrInputError as err:  # lightgbm not installed: serve with the simple estimate
             log.warning("LARU predictor: %s; using recent intervals instead", err)
-    return RecentIntervalsPredictor()
+            inner = RecentIntervalsPredictor()
+    else:
+        inner = RecentIntervalsPredictor()
+    return GuardedPredictor(inner, timeout_s=timeout_s, backoff_s=backoff_s,
+                            pass_budget_s=_option(options, "predictor_budget_ms") / 1000)
 
 
 def build_policy(config: PolicyConfig, capacity_tokens: int, page_size: int = 1) -> P.LeafPolicy:
@@ -79,7 +131,9 @@ def build_policy(config: PolicyConfig, capacity_tokens: int, page_size: int = 1)
         return serving_lpc(**o)
     predictor = make_serving_predictor(o)
     if config.policy == "laru":
-        return P.LARU(predictor, k=o.get("k"), b=float(o.get("b", 2.0)), shrink_every=o.get("shrink_every"))
+        k, shrink_every = o.get("k"), o.get("shrink_every")
+        return P.LARU(predictor, k=None if k is None else int(k), b=float(o.get("b", 2.0)),
+                      shrink_every=None if shrink_every is None else int(shrink_every))
     if config.policy == "fpb":
         return P.FPB(predictor)
     return P.HF(predictor, window=int(o.get("window", 4)))

@@ -12,6 +12,8 @@ DESCRIPTIONS = {
     "predictor_fallbacks": "Evictions that fell back to LRU because the predictor failed",
     "prediction_induced_misses": "Misses on nodes a prediction evicted in the current phase",
     "policy_seconds": "Time spent choosing victims, predictor calls included",
+    "eviction_passes": "Eviction passes (calls of the radix cache's evict)",
+    "eviction_seconds": "Time of whole eviction passes: victim choice, SGLang's tree and KV frees",
 }
 _COUNTERS: dict[tuple[str, tuple[str, ...]], object] = {}
 

@@ -5,6 +5,11 @@ becomes ``tokens`` copies of its path id, so SGLang's nodes split exactly where 
 do and a node's first token is the key lcr's policies know it by. Each request runs
 the scheduler's cycle: match, lock the cached prefix, evict for the missing tokens,
 allocate what fits, insert, unlock.
+
+``keys="serving"`` replays the same tree with the keys a live server uses (hashes of
+the prefix through each node's first page): a block's tokens are then its rank among
+its parent's children followed by filler, so equal pages recur under different
+parents, as real prompts' pages do, and only the parent chain tells them apart.
 """
 from __future__ import annotations
 
@@ -42,7 +47,7 @@ class MockAllocator:
         self.free(indices)
 
 
-def build_cache(policy: LeafPolicy, capacity_tokens: int):
+def build_cache(policy: LeafPolicy, capacity_tokens: int, sim_keys: bool = True):
     from sglang.srt.mem_cache.cache_init_params import CacheInitParams
     from sglang.srt.mem_cache.unified_cache.components import ComponentType
 
@@ -52,21 +57,54 @@ def build_cache(policy: LeafPolicy, capacity_tokens: int):
     allocator = MockAllocator(capacity_tokens)
     params = CacheInitParams(disable=False, req_to_token_pool=None, token_to_kv_pool_allocator=allocator,
                              page_size=1, tree_components=(ComponentType.FULL,))
-    cache = PolicyRadixCache(params, policy=policy, sim_keys=True)
+    cache = PolicyRadixCache(params, policy=policy, sim_keys=sim_keys)
     return cache, allocator
 
 
-def replay_sglang(workload: BlockWorkload, capacity_tokens: int, policy: LeafPolicy) -> int:
-    """Hit tokens of ``workload`` through SGLang's tree (same contract as ``replay_lcr``)."""
-    from sglang.srt.mem_cache.base_prefix_cache import EvictParams, InsertParams, MatchPrefixParams
-    from sglang.srt.mem_cache.radix_cache import RadixKey
+_FILLER = 1
 
-    cache, allocator = build_cache(policy, capacity_tokens)
-    hits = 0
+
+def serving_tokens(workload: BlockWorkload) -> list[array]:
+    """Each request's tokens for ``keys="serving"`` (see the module docstring)."""
+    rank: dict[tuple[int, int], int] = {}
+    children: dict[int, int] = {}
+    out = []
+    for request in workload.requests:
+        tokens, parent = array("q"), -1
+        for path, count in zip(request.paths, request.tokens):
+            if (parent, path) not in rank:
+                rank[parent, path] = children.get(parent, 0)
+                children[parent] = rank[parent, path] + 1
+            tokens.append(rank[parent, path] + 3)
+            tokens.extend([_FILLER] * (count - 1))
+            parent = path
+        out.append(tokens)
+    return out
+
+
+def sim_tokens(workload: BlockWorkload) -> list[array]:
+    out = []
     for request in workload.requests:
         tokens = array("q")
         for path, count in zip(request.paths, request.tokens):
             tokens.extend([path] * count)
+        out.append(tokens)
+    return out
+
+
+def replay_sglang(workload: BlockWorkload, capacity_tokens: int, policy: LeafPolicy,
+                  keys: str = "sim", cache=None) -> int:
+    """Hit tokens of ``workload`` through SGLang's tree (same contract as ``replay_lcr``).
+    ``cache``: an existing ``(cache, allocator)`` to continue with instead of a new one."""
+    from sglang.srt.mem_cache.base_prefix_cache import EvictParams, InsertParams, MatchPrefixParams
+    from sglang.srt.mem_cache.radix_cache import RadixKey
+
+    if keys not in ("sim", "serving"):
+        raise ValueError(f"keys must be 'sim' or 'serving', got {keys!r}")
+    cache, allocator = cache or build_cache(policy, capacity_tokens, sim_keys=keys == "sim")
+    hits = 0
+    prompts = sim_tokens(workload) if keys == "sim" else serving_tokens(workload)
+    for request, tokens in zip(workload.requests, prompts):
         match = cache.match_prefix(MatchPrefixParams(key=RadixKey(tokens)))
         matched = match.device_prefix_len
         hits += matched
