@@ -16,9 +16,14 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_sglang_e2e import Server, _free_port, _post, _pythonpath, conversations  # noqa: E402
+from sglang_server import Server, free_port, post, pythonpath, sglang_serves  # noqa: E402
+from test_sglang_e2e import conversations  # noqa: E402
 
 from lcr.route.routers import CacheAwareRouter  # noqa: E402
+
+if not sglang_serves():
+    pytest.skip("SGLang cannot serve here (not installed with its serving dependencies)",
+                allow_module_level=True)
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +32,7 @@ def workers(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("route-live")
     model = build_tiny_llama(root / "tiny-llama")
-    servers = [Server(model, "lru", root / f"worker{i}.log") for i in range(2)]
+    servers = [Server(model, "lru", root / f"worker{i}.log", pool_tokens=1024) for i in range(2)]
     try:
         for server in servers:
             server.wait_ready()
@@ -39,9 +44,9 @@ def workers(tmp_path_factory):
 
 class Router:
     def __init__(self, urls, router, log: Path):
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        env = {**os.environ, "PYTHONPATH": _pythonpath()}
+        env = {**os.environ, "PYTHONPATH": pythonpath()}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "lcr", "serve-router", "--worker-urls", ",".join(urls),
              "--router", router, "--port", str(self.port)],
@@ -65,7 +70,7 @@ class Router:
 
 
 def generate(url, ids):
-    return _post(url + "/generate", {"input_ids": ids, "sampling_params": {"max_new_tokens": 2,
+    return post(url + "/generate", {"input_ids": ids, "sampling_params": {"max_new_tokens": 2,
                                                                           "temperature": 0}})
 
 
