@@ -79,7 +79,8 @@ def test_the_key_covers_trace_content_and_settings(trace, passes, tmp_path, monk
 
     real = lcr.predict.learned_config
     monkeypatch.setattr(lcr.predict, "learned_config",
-                        lambda base, seed=0: dataclasses.replace(real(base, seed), retrain_every=5000))
+                        lambda base, seed=0: dataclasses.replace(real(base, seed),
+                                                             retrain_every=real(base, seed).retrain_every + 1))
     PredictionCache(tmp_path).get("lightgbm:async", trace)
     assert len(passes) == 5
 

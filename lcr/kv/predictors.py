@@ -77,13 +77,15 @@ class LightGBMNodePredictor(Predictor):
 
     name = "lightgbm"
 
-    def __init__(self, seed: int = 0, background: bool = True, retrain_every: int = 10_000):
+    def __init__(self, seed: int = 0, background: bool = True, retrain_every: int = 10_000,
+                 min_samples: int | None = None):
         from lcr.predict.features import FeatureConfig
         from lcr.predict.lightgbm_model import LightGBMConfig, LightGBMPredictor
 
+        extra = {} if min_samples is None else {"min_samples": min_samples}
         self.model = LightGBMPredictor(LightGBMConfig(
             seed=seed, background=background, retrain_every=retrain_every,
-            features=FeatureConfig(static_fields=("tokens_from_root",))))
+            features=FeatureConfig(static_fields=("tokens_from_root",)), **extra))
 
     def observe(self, key: int, t: int) -> None:
         self.model.observe(key, t)
@@ -148,10 +150,13 @@ class LearnedNodePredictor(FeaturePredictor):
         super().__init__()
         if first_fit < 2 or retrain_every < 1:
             raise LcrInputError("learned predictor: first_fit must be >= 2 and retrain_every >= 1")
-        self.lightgbm = LightGBMNodePredictor(seed=seed, background=background, retrain_every=retrain_every)
+        # The first fit needs only a few hundred ripe labels: half the observations it waits for.
+        self.lightgbm = LightGBMNodePredictor(seed=seed, background=background, retrain_every=retrain_every,
+                                              min_samples=max(2, first_fit // 2))
         self.first_fit = first_fit
         self._observed = 0
         self._first_fit_started = False
+        self._next_try = first_fit  # too few ripe labels yet: try again a quarter later
 
     def observe(self, key: int, t: int) -> None:
         self.observe_node(key, t, None)
@@ -165,9 +170,10 @@ class LearnedNodePredictor(FeaturePredictor):
         else:
             self.lightgbm.observe_node(key, t, tokens_from_root)
         self._observed += 1
-        if self._observed >= self.first_fit and not self._first_fit_started:
+        if self._observed >= self._next_try and not self._first_fit_started:
             model = self.lightgbm.model
             self._first_fit_started = model.fit_async() if model.config.background else model.fit()
+            self._next_try += max(1, self.first_fit // 4)
 
     def serving(self) -> str:
         return "lightgbm" if self.lightgbm.model.model_version else "intervals"
