@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 
 from lcr.errors import LcrInputError
+from lcr.traces.guard import available_memory
 
 
 def check_output_path(path: str, flag: str) -> None:
@@ -24,21 +25,6 @@ def check_output_path(path: str, flag: str) -> None:
         raise LcrInputError(f"{flag}: cannot create {folder!r}: {existing!r} is not a directory")
     if not os.access(existing, os.W_OK | os.X_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
         raise LcrInputError(f"{flag}: {path!r} is not writable")
-
-
-def available_memory() -> int:
-    """Bytes this process could still allocate (MemAvailable; total RAM as a fallback)."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return 1 << 62
 
 
 def check_memory(nbytes: float, what: str) -> None:
