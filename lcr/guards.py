@@ -8,23 +8,38 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from lcr.errors import LcrInputError
 from lcr.traces.guard import available_memory
 
 
-def check_output_path(path: str, flag: str) -> None:
-    """Raise unless ``path`` names a file that can be written (its folder may be new)."""
-    if os.path.isdir(path):
-        raise LcrInputError(f"{flag}: {path!r} is a directory; give a file name")
-    folder = os.path.dirname(os.path.abspath(path))
-    existing = folder
-    while not os.path.exists(existing):
-        existing = os.path.dirname(existing)
-    if not os.path.isdir(existing):
-        raise LcrInputError(f"{flag}: cannot create {folder!r}: {existing!r} is not a directory")
-    if not os.access(existing, os.W_OK | os.X_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
-        raise LcrInputError(f"{flag}: {path!r} is not writable")
+def check_output_path(path: str | None, flag: str, suffixes: tuple[str, ...] = ()) -> None:
+    """Refuse before any work an output path that cannot be written: a directory, a
+    folder that cannot be created or written, or (when ``suffixes`` is given, for plots)
+    a name without one of them (matplotlib would append ``.png`` and write beside the
+    name given). ``None`` means the output was not asked for."""
+    if path is None:
+        return
+    target = Path(path)
+    if target.is_dir():
+        raise LcrInputError(f"{flag} {path}: is a directory; give a file name")
+    if suffixes and target.suffix.lower() not in suffixes:
+        raise LcrInputError(f"{flag} {path}: give a file name ending in {', '.join(suffixes)}")
+    existing = target.parent.absolute()
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise LcrInputError(f"{flag} {path}: {str(existing)!r} is not a directory")
+    try:  # root passes os.access everywhere: only really creating the file tells
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if not target.exists():
+            target.open("x").close()
+            target.unlink()
+        elif not os.access(target, os.W_OK):
+            raise PermissionError(13, "file is not writable")
+    except OSError as err:
+        raise LcrInputError(f"{flag} {path}: cannot write there ({err.strerror or err})") from None
 
 
 def check_memory(nbytes: float, what: str) -> None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 import sys
 
 from lcr.errors import LcrInputError
-from lcr.sim.args import (PLOT_SUFFIXES, check_limit, check_output, check_seed, parse_noises,
+from lcr.guards import check_output_path
+from lcr.sim.args import (PLOT_SUFFIXES, check_limit, check_seed, parse_noises,
                           parse_sizes)
 from lcr.sim.cli import split_policies
 from lcr.sim.report import write_json
@@ -84,8 +85,8 @@ def run(args) -> int:
     noises = [fixed_noise] if fixed_noise is not None else parse_noises(args.noise or "0", probability=True)
     check_limit(args.limit, "prompts")
     check_seed(args.seed)
-    check_output(args.json, "--json")
-    check_output(args.plot, "--plot", PLOT_SUFFIXES)
+    check_output_path(args.json, "--json")
+    check_output_path(args.plot, "--plot", PLOT_SUFFIXES)
     if args.trace.startswith("chat:"):
         workload = load_chat(args.trace, args.limit)
     else:

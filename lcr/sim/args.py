@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import math
-import os
 
 from lcr.errors import LcrInputError
 
@@ -60,26 +59,3 @@ def check_limit(limit: int | None, unit: str = "requests") -> None:
 
 PLOT_SUFFIXES = (".png", ".pdf", ".svg")
 
-
-def check_output(path: str | None, flag: str, suffixes: tuple[str, ...] = ()) -> None:
-    """Refuse before any work an output path that cannot be written: a directory, a
-    folder that cannot be created or written, or (plots) a name without an image suffix
-    (matplotlib would append ``.png`` and write beside the name given)."""
-    if path is None:
-        return
-    from pathlib import Path
-
-    target = Path(path)
-    if target.is_dir():
-        raise LcrInputError(f"{flag} {path}: is a directory; give a file name")
-    if suffixes and target.suffix.lower() not in suffixes:
-        raise LcrInputError(f"{flag} {path}: give a file name ending in {', '.join(suffixes)}")
-    try:  # root passes os.access everywhere: only really creating the file tells
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if not target.exists():
-            target.open("x").close()
-            target.unlink()
-        elif not os.access(target, os.W_OK):
-            raise PermissionError(13, "file is not writable")
-    except OSError as err:
-        raise LcrInputError(f"{flag} {path}: cannot write there ({err.strerror or err})") from None

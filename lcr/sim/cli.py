@@ -4,7 +4,8 @@ from __future__ import annotations
 import argparse
 
 from lcr.errors import LcrInputError
-from lcr.sim.args import (PLOT_SUFFIXES, check_limit, check_output, check_seed, parse_noises,
+from lcr.guards import check_output_path
+from lcr.sim.args import (PLOT_SUFFIXES, check_limit, check_seed, parse_noises,
                           parse_sizes)
 from lcr.predict import PREDICTORS
 from lcr.sim import moe as moe_sim
@@ -81,8 +82,8 @@ def run(args) -> int:
     noises = parse_noises(args.noise)
     check_seed(args.seed)
     check_limit(args.limit)
-    check_output(args.json, "--json")
-    check_output(args.plot, "--plot", PLOT_SUFFIXES)
+    check_output_path(args.json, "--json")
+    check_output_path(args.plot, "--plot", PLOT_SUFFIXES)
     predictor = resolve_predictor(args.predictor)
     check_cache_directory(args.prediction_cache)
     trace = load_trace(args.trace, args.format, args.limit)
