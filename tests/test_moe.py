@@ -333,3 +333,27 @@ def test_expert_cache_holding_everything_only_loads_each_expert_once():
     assert cache.resident() == sorted(used)
     with pytest.raises(IndexError, match=r"expert \(3, 0\) outside 3 layers x 4"):
         cache.get(3, 0)
+
+
+def test_expert_handle_refuses_use_after_its_slot_was_reused():
+    """A handle whose slot a later get/prefetch reloaded must not run the new weights
+    (on CUDA it would race the copy); handles of still-resident experts keep working."""
+    torch = pytest.importorskip("torch")
+    from lcr.moe import ExpertCache, StaleExpertError
+
+    _, table = tiny_moe(torch, 2, 3)
+    cache = ExpertCache(table, 2, policy="lru", device="cpu")
+    h = torch.randn(8)
+    first, second = cache.get(0, 0), cache.get(0, 1)
+    assert torch.equal(first(h), table[0][0](h))
+    assert torch.equal(cache.get(0, 0)(h), table[0][0](h))  # a hit keeps both handles valid
+    cache.prefetch(1, [2])  # LRU evicts (0, 1): its slot now holds (1, 2)
+    assert torch.equal(first(h), table[0][0](h))
+    with pytest.raises(StaleExpertError, match=r"expert \(0, 1\) was evicted"):
+        second(h)
+    with pytest.raises(StaleExpertError):
+        second.module
+    again = cache.get(0, 1)  # reloaded: a new handle is valid, the old one stays stale
+    assert torch.equal(again(h), table[0][1](h))
+    with pytest.raises(StaleExpertError):
+        second(h)

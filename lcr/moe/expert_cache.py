@@ -15,6 +15,14 @@ On CUDA, loads run on a side stream and the compute stream waits only for the co
 needs. ``prefetch(layer, experts)`` issues the next layer's loads early; it makes the
 policy decisions at that moment, so the hint must name the experts (and order) the
 layer will then ``get``: a hint that turns out wrong costs extra loads, not correctness.
+
+A slot is overwritten in place when its expert is evicted, and the copy waits only for
+compute already queued on the current stream. So ``get`` hands out an ``ExpertHandle``,
+not the slot: calling it after a later ``get``/``prefetch`` reused the slot raises
+``StaleExpertError`` instead of computing with another expert's (or half-copied)
+weights. Queue each expert's compute before the next ``get``/``prefetch``.
+
+Not thread-safe: one caller (the model's forward) drives a cache.
 """
 from __future__ import annotations
 
@@ -30,6 +38,35 @@ def _torch():
     import torch  # optional dependency: `pip install lcr[moe]`
 
     return torch
+
+
+class StaleExpertError(RuntimeError):
+    """An expert's slot was reused by a later ``get``/``prefetch`` before its compute ran."""
+
+
+class ExpertHandle:
+    """The device module of one expert, valid while its slot still holds that expert.
+
+    Call it like the module; ``module`` gives the slot module itself (same check). Stale
+    use raises: on CUDA the slot may be mid-copy, so running it would race the load."""
+
+    __slots__ = ("_cache", "_key", "_slot", "_generation")
+
+    def __init__(self, cache: "ExpertCache", key: int, slot_index: int):
+        self._cache, self._key, self._slot = cache, key, slot_index
+        self._generation = cache._generations[slot_index]
+
+    @property
+    def module(self):
+        if self._cache._generations[self._slot] != self._generation:
+            layer, expert = divmod(self._key, self._cache.experts)
+            raise StaleExpertError(
+                f"expert ({layer}, {expert}) was evicted by a later get/prefetch before its "
+                f"compute was queued; queue each expert's compute before the next get/prefetch")
+        return self._cache._slots[self._slot]
+
+    def __call__(self, *args, **kwargs):
+        return self.module(*args, **kwargs)
 
 
 @dataclass
@@ -68,7 +105,8 @@ class ExpertCache:
         self._template = copy.deepcopy(experts[0][0]).to("cpu")
         self.policy = self._make_policy(policy, policy_params)
         self._slots: list = []                # device modules, at most `capacity`
-        self._resident: dict[int, object] = {}  # page -> device module
+        self._generations: list[int] = []     # per slot: loads so far (stale-handle check)
+        self._resident: dict[int, int] = {}     # page -> slot index
         self._ready: dict[int, object] = {}     # page -> CUDA event of its pending load
         self._prefetched: dict[int, int] = {}   # page -> pending prefetched gets
         self._t = 0
@@ -102,11 +140,12 @@ class ExpertCache:
 
     # --- serving -------------------------------------------------------------------------------
 
-    def get(self, layer: int, expert: int):
-        """The device module of ``experts[layer][expert]``, loading it on a fault.
+    def get(self, layer: int, expert: int) -> ExpertHandle:
+        """A handle on the device module of ``experts[layer][expert]``, loading it on a fault.
 
-        Queue its compute before the next ``get``/``prefetch``: a later load may reuse
-        its slot, and only waits for compute already queued (not yet enforced, issue 15).
+        Queue its compute before the next ``get``/``prefetch``: a later load may reuse its
+        slot (it waits only for compute already queued), and the handle then raises
+        ``StaleExpertError``.
         """
         key = self.page(layer, expert)
         if self._prefetched.get(key) and key in self._resident:
@@ -114,7 +153,7 @@ class ExpertCache:
         else:
             self._access(key)
         self._wait(key)
-        return self._resident[key]
+        return ExpertHandle(self, key, self._resident[key])
 
     def prefetch(self, layer: int, experts: Sequence[int]) -> None:
         """Start loading the experts ``layer`` will ``get`` next (in that order)."""
@@ -140,17 +179,20 @@ class ExpertCache:
             self._ready.pop(victim, None)
             self._prefetched.pop(victim, None)
         elif len(self._slots) < self.capacity:
-            slot = self._new_slot()
-            self._slots.append(slot)
+            slot = len(self._slots)
+            self._slots.append(self._new_slot())
+            self._generations.append(0)
         else:  # the policy admitted without evicting although every slot is taken
             raise RuntimeError(f"policy {self.policy.name} exceeded {self.capacity} slots")
         self._load(key, slot)
         self._resident[key] = slot
 
-    def _load(self, key: int, slot) -> None:
+    def _load(self, key: int, slot_index: int) -> None:
         torch = _torch()
         start = time.perf_counter()
         layer, expert = divmod(key, self.experts)
+        self._generations[slot_index] += 1  # handles on the slot's previous expert go stale
+        slot = self._slots[slot_index]
         targets = [*slot.parameters(), *slot.buffers()]
         with torch.no_grad():
             if self._stream is None:
