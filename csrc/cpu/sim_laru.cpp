@@ -83,17 +83,11 @@ void run_laru(const Requests& req, Recorder& rec, Counters& c, int64_t k, const 
 }
 
 py::tuple replay_laru(const Array<int32_t>& ids, int64_t n_ids, int64_t capacity, const Array<double>& predictions,
-                      bool async, double b, int64_t shrink_every, bool overdue, const py::object& dues,
-                      bool record_evictions) {
+                      bool async, double b, int64_t shrink_every, bool overdue, bool record_evictions) {
     checked_capacity(capacity);
     if (!(b > 1)) throw py::value_error("laru needs b > 1");
     if (shrink_every < 1) throw py::value_error("laru shrink_every must be at least 1");
-    Predictions pred{aligned_with(predictions, ids.size(), "predictions"), async};
-    Array<double> due_array;  // keeps the converted array alive during the replay
-    if (!dues.is_none()) {
-        due_array = dues.cast<Array<double>>();
-        pred.due_at = aligned_with(due_array, ids.size(), "dues");
-    }
+    const Predictions pred{aligned_with(predictions, ids.size(), "predictions"), async};
     const LaruParams params{b, shrink_every, overdue};
     return run_core(ids, n_ids, record_evictions, [&](const Requests& req, Recorder& rec, Counters& c) {
         run_laru(req, rec, c, capacity, pred, params);
@@ -104,7 +98,7 @@ py::tuple replay_laru(const Array<int32_t>& ids, int64_t n_ids, int64_t capacity
 
 void register_sim_laru(py::module_& m) {
     m.def("replay_laru", &replay_laru, py::arg("ids"), py::arg("n_ids"), py::arg("capacity"), py::arg("predictions"),
-          py::arg("async_mode"), py::arg("b"), py::arg("shrink_every"), py::arg("overdue"), py::arg("dues"), py::arg("record_evictions"));
+          py::arg("async_mode"), py::arg("b"), py::arg("shrink_every"), py::arg("overdue"), py::arg("record_evictions"));
 }
 
 }  // namespace lcr

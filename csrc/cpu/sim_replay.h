@@ -32,20 +32,16 @@ struct Requests {
 struct Predictions {
     const double* at = nullptr;
     bool async = false;  // only changes how predictor calls are counted
-    const double* due_at = nullptr;  // separate due times (LARU's overdue rule), or none
 
     double rank(int64_t t) const {
         const double v = at[t];
         return std::isnan(v) ? std::numeric_limits<double>::infinity() : v;
     }
-    // The time after which the prediction is overdue: the due time given, else the
-    // predicted time itself; NaN: never. An unknown rank (+inf) is always overdue, so
-    // that "the oldest overdue key" agrees with ranking overdue keys as +inf.
+    // The time after which the prediction is overdue: the predicted time itself; an
+    // unknown one (NaN, +inf) is always overdue, which ranks it +inf as rank() does.
     double due(int64_t t) const {
-        constexpr double inf = std::numeric_limits<double>::infinity();
-        if (rank(t) == inf) return -inf;
-        const double d = due_at ? due_at[t] : at[t];
-        return std::isnan(d) ? inf : d;
+        const double v = at[t];
+        return std::isnan(v) || v == std::numeric_limits<double>::infinity() ? -std::numeric_limits<double>::infinity() : v;
     }
 };
 

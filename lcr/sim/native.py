@@ -44,14 +44,12 @@ def dense_ids(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
 
 
 def native_replay(trace: Trace, name: str, capacity: int, predictions: np.ndarray | None = None,
-                  record_evictions: bool = False, dues: np.ndarray | None = None, **params) -> Replay:
+                  record_evictions: bool = False, **params) -> Replay:
     """Replay ``trace`` through the C++ core of policy ``name``.
 
     ``params`` are the spec constructor's (``mode``, ``b``, ``shrink_every``, ``window``,
     ``seed``, ``aging``, ...); the spec class itself checks them and supplies the defaults.
     ``predictions`` (predictive policies only): the prediction made at each request.
-    ``dues`` (LARU with ``overdue``): the due time of each request's prediction, when it
-    is not the prediction itself (see ``lcr.policies.predictions``).
     ``Replay.stats`` matches the spec's ``PolicyStats.as_dict()``; LARU adds ``final_lambda``.
     """
     from lcr import _native
@@ -90,9 +88,7 @@ def native_replay(trace: Trace, name: str, capacity: int, predictions: np.ndarra
         elif name == "hf":
             extra = (spec.window,)
         else:
-            if dues is not None:
-                dues = np.ascontiguousarray(dues, dtype=np.float64)
-            extra = (spec.b, spec.shrink_every, spec.overdue, dues)
+            extra = (spec.b, spec.shrink_every, spec.overdue)
         hits, evicted, counters = getattr(_native, f"replay_{name}")(
             *core, predictions, async_mode, *extra, record_evictions)
     seconds = time.perf_counter() - start
