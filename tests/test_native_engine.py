@@ -39,8 +39,6 @@ VARIANTS = [
     ("laru", {"mode": "async"}),
     ("laru", {"shrink_every": 3, "b": 1.5}),
     ("laru", {"mode": "async", "b": 4.0, "shrink_every": 2}),
-    ("laru", {"overdue": 1}),
-    ("laru", {"mode": "async", "b": 1.1, "overdue": 1}),
     ("arc", {}),
     ("lirs", {}),
     ("s3fifo", {}),
@@ -127,30 +125,6 @@ def test_long_trace_small_cache_exercises_tree_compaction():
     predictions = oracle_predictions(trace, 0.3, seed=9)
     for name, params in (("laru", {}), ("hf", {"window": 3}), ("fpb", {})):
         assert_same_decisions(trace, name, 5, predictions, **params)
-
-
-def test_laru_overdue_rule_evicts_a_key_whose_predicted_return_has_passed():
-    # k = 2, window 2 at t = 2: A was predicted back at time `a`, B at 10.
-    trace = Trace(np.array([1, 2, 3], dtype=np.int64))
-    for a, overdue, victim in ((1.0, 0, 2), (1.0, 1, 1), (2.0, 1, 2), (-np.inf, 1, 1)):
-        predictions = np.array([a, 10.0, np.inf])
-        got = assert_same_decisions(trace, "laru", 2, predictions, overdue=overdue)
-        assert got.evicted[2] == victim, (a, overdue, got.evicted)
-    # Two overdue keys: the least recently used goes first.
-    trace = Trace(np.array([1, 2, 3, 4], dtype=np.int64))
-    got = assert_same_decisions(trace, "laru", 3, np.array([0.0, 1.0, 10.0, np.inf]), overdue=1)
-    assert got.evicted[3] == 1
-
-
-def test_laru_overdue_keeps_oracle_equal_to_opt_and_changes_decisions_on_noisy_ones():
-    trace = generate("zipf:requests=6000,keys=1200,alpha=0.8,seed=12")
-    opt = native_replay(trace, "opt", 60).stats["misses"]
-    oracle = oracle_predictions(trace)
-    assert assert_same_decisions(trace, "laru", 60, oracle, overdue=1).stats["misses"] == opt
-    noisy = lognormal_predictions(trace, 1.0, seed=3)
-    with_rule = assert_same_decisions(trace, "laru", 60, noisy, overdue=1)
-    without = native_replay(trace, "laru", 60, noisy, record_evictions=True)
-    assert (with_rule.evicted != without.evicted).sum() > 100  # the rule is exercised
 
 
 # --- real traces -----------------------------------------------------------------------

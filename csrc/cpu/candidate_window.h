@@ -16,10 +16,8 @@ struct WindowChoice {
 
 // Among the `window` least recently used keys, the one predicted to return last.
 // A window of one is a plain LRU eviction and asks the predictor nothing.
-// `overdue` (the cache tracks due times): a key whose predicted next access is before
-// `now` ranks as unknown (+inf), so the oldest such key goes first.
 inline WindowChoice choose_in_window(const RecencyTree& cache, const Predictions& pred, Counters& c,
-                                     int64_t window, bool overdue = false, int64_t now = 0) {
+                                     int64_t window) {
     const int64_t candidates = std::min(window, cache.size());
     if (candidates == 1) {
         ++c.lru_evictions;
@@ -27,10 +25,6 @@ inline WindowChoice choose_in_window(const RecencyTree& cache, const Predictions
     }
     c.predict_at_eviction(pred, candidates);
     ++c.prediction_evictions;
-    if (overdue) {
-        const int32_t late = cache.oldest_overdue_among_oldest(candidates, static_cast<double>(now));
-        if (late != RecencyTree::kAbsent) return {late, true};
-    }
     return {cache.largest_among_oldest(candidates), true};
 }
 

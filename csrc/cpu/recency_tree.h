@@ -11,10 +11,6 @@
 //
 // Ranks are stored as order-preserving unsigned integers (0 marks an empty slot),
 // so that updates are branch-free max/add passes up the tree.
-//
-// With `track_due`, each item also carries a due time (its predicted next access) and
-// the tree keeps the smallest per subtree, so the oldest overdue item of a window is
-// found in O(log capacity) too (LARU's overdue rule, lcr.policies.predictions).
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -26,11 +22,10 @@ namespace lcr::sim {
 class RecencyTree {
 public:
     // `capacity`: the most items held at once; `n_ids`: ids lie in [0, n_ids).
-    RecencyTree(int64_t capacity, int64_t n_ids, bool track_due = false) : pos_of_(n_ids, kAbsent) {
+    RecencyTree(int64_t capacity, int64_t n_ids) : pos_of_(n_ids, kAbsent) {
         const int64_t most = std::max<int64_t>(1, std::min(capacity, n_ids));
         while (leaves_ < 2 * most) leaves_ *= 2;
         best_.assign(2 * leaves_, kEmpty);
-        if (track_due) due_.assign(2 * leaves_, kNoDue);
         count_.assign(2 * leaves_, 0);
         item_at_.assign(leaves_, kAbsent);
     }
@@ -38,15 +33,13 @@ public:
     bool contains(int32_t id) const { return pos_of_[id] != kAbsent; }
     int64_t size() const { return count_[1]; }
 
-    // Insert `id` (absent) as the most recently used item. `rank` must not be NaN;
-    // `due` (read only with track_due) must not be NaN either.
-    void push_newest(int32_t id, double rank, double due = 0.0) {
+    // Insert `id` (absent) as the most recently used item. `rank` must not be NaN.
+    void push_newest(int32_t id, double rank) {
         if (next_pos_ == leaves_) compact();
         const auto pos = static_cast<int32_t>(next_pos_++);  // < leaves_ <= 2^31
         pos_of_[id] = pos;
         item_at_[pos] = id;
         set_leaf(pos, order_key(rank), 1);
-        if (!due_.empty()) set_due(pos, order_key(due));
     }
 
     void remove(int32_t id) {
@@ -54,13 +47,12 @@ public:
         pos_of_[id] = kAbsent;
         item_at_[pos] = kAbsent;
         set_leaf(pos, kEmpty, 0);
-        if (!due_.empty()) set_due(pos, kNoDue);
     }
 
-    // Make `id` (present) the most recently used, with a new rank (and due time).
-    void touch(int32_t id, double rank, double due = 0.0) {
+    // Make `id` (present) the most recently used, with a new rank.
+    void touch(int32_t id, double rank) {
         remove(id);
-        push_newest(id, rank, due);
+        push_newest(id, rank);
     }
 
     int32_t oldest() const {
@@ -73,49 +65,8 @@ public:
     // largest rank; on ties the least recently used of them.
     int32_t largest_among_oldest(int64_t l) const {
         if (l >= size()) return largest();
+        // Descend to the l-th oldest leaf, noting the left subtrees passed (oldest first).
         int64_t passed[64];
-        const int n_passed = window_roots(l, passed);
-        uint64_t top = 0;
-        for (int j = 0; j < n_passed; ++j) top = std::max(top, best_[passed[j]]);
-        int j = 0;
-        while (best_[passed[j]] != top) ++j;
-        return item_at_[leftmost_with(passed[j], top) - leaves_];
-    }
-
-    // Among the `l` least recently used items (1 <= l <= size()), the oldest whose due
-    // time is before `now`, or kAbsent if none is (needs track_due).
-    int32_t oldest_overdue_among_oldest(int64_t l, double now) const {
-        const uint64_t limit = order_key(now);
-        int64_t passed[64];
-        const int n_passed = l >= size() ? (passed[0] = 1, 1) : window_roots(l, passed);
-        for (int j = 0; j < n_passed; ++j) {
-            int64_t i = passed[j];
-            if (due_[i] >= limit) continue;
-            while (i < leaves_) i = due_[2 * i] < limit ? 2 * i : 2 * i + 1;
-            return item_at_[i - leaves_];
-        }
-        return kAbsent;
-    }
-
-    // The largest rank over all items (oldest on ties).
-    int32_t largest() const { return item_at_[leftmost_with(1, best_[1]) - leaves_]; }
-
-    // Calls f(id) for every item, oldest first.
-    template <class F>
-    void for_each(F&& f) const {
-        for (int64_t pos = 0; pos < next_pos_; ++pos)
-            if (item_at_[pos] != kAbsent) f(item_at_[pos]);
-    }
-
-    static constexpr int32_t kAbsent = -1;
-
-private:
-    static constexpr uint64_t kEmpty = 0;  // below the key of every double, -inf included
-    static constexpr uint64_t kNoDue = ~uint64_t{0};  // above the key of every double, +inf included
-
-    // Descends to the l-th oldest leaf (l < size()) and writes the subtrees that hold
-    // exactly the l oldest items, oldest first; returns how many.
-    int window_roots(int64_t l, int64_t* passed) const {
         int n_passed = 0;
         int64_t i = 1;
         while (i < leaves_) {
@@ -129,8 +80,26 @@ private:
             }
         }
         passed[n_passed++] = i;
-        return n_passed;
+        uint64_t top = 0;
+        for (int j = 0; j < n_passed; ++j) top = std::max(top, best_[passed[j]]);
+        int j = 0;
+        while (best_[passed[j]] != top) ++j;
+        return item_at_[leftmost_with(passed[j], top) - leaves_];
     }
+
+    // The largest rank over all items (oldest on ties).
+    int32_t largest() const { return item_at_[leftmost_with(1, best_[1]) - leaves_]; }
+
+    // Calls f(id) for every item, oldest first.
+    template <class F>
+    void for_each(F&& f) const {
+        for (int64_t pos = 0; pos < next_pos_; ++pos)
+            if (item_at_[pos] != kAbsent) f(item_at_[pos]);
+    }
+
+private:
+    static constexpr int32_t kAbsent = -1;
+    static constexpr uint64_t kEmpty = 0;  // below the key of every double, -inf included
 
     // Maps doubles to integers in the same order (-0.0 and 0.0 to one key, as they
     // compare equal), all above kEmpty.
@@ -161,15 +130,6 @@ private:
         }
     }
 
-    void set_due(int32_t pos, uint64_t key) {
-        int64_t i = leaves_ + pos;
-        due_[i] = key;
-        for (; i > 1; i >>= 1) {
-            key = std::min(key, due_[i ^ 1]);
-            due_[i >> 1] = key;
-        }
-    }
-
     // Slide the live items to positions 0..size-1, keeping their order.
     void compact() {
         int32_t next = 0;
@@ -183,25 +143,18 @@ private:
             item_at_[next] = id;
             best_[leaves_ + next] = key;
             count_[leaves_ + next] = 1;
-            if (!due_.empty()) {
-                const uint64_t due = due_[leaves_ + pos];
-                due_[leaves_ + pos] = kNoDue;
-                due_[leaves_ + next] = due;
-            }
             pos_of_[id] = next++;
         }
         next_pos_ = next;
         for (int64_t i = leaves_ - 1; i >= 1; --i) {
             best_[i] = std::max(best_[2 * i], best_[2 * i + 1]);
             count_[i] = count_[2 * i] + count_[2 * i + 1];
-            if (!due_.empty()) due_[i] = std::min(due_[2 * i], due_[2 * i + 1]);
         }
     }
 
     int64_t leaves_ = 1;
     int64_t next_pos_ = 0;
     std::vector<uint64_t> best_;    // largest rank key per node; node 1 is the root
-    std::vector<uint64_t> due_;     // smallest due key per node (empty: not tracked)
     std::vector<int32_t> count_;    // items per node; leaves at [leaves_, 2 * leaves_)
     std::vector<int32_t> pos_of_;   // id -> position, or kAbsent
     std::vector<int32_t> item_at_;  // position -> id, or kAbsent

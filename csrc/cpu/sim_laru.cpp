@@ -16,12 +16,11 @@ using namespace sim;
 struct LaruParams {
     double b = 2.0;
     int64_t shrink_every = 1;
-    bool overdue = false;
 };
 
 void run_laru(const Requests& req, Recorder& rec, Counters& c, int64_t k, const Predictions& pred,
               const LaruParams& params) {
-    RecencyTree cache(k, req.n_ids, params.overdue);
+    RecencyTree cache(k, req.n_ids);
     struct KeyState {
         // The phase in which the key was last evicted by prediction (0: not since its
         // reload); bumping the phase number clears the whole record at once.
@@ -46,7 +45,7 @@ void run_laru(const Requests& req, Recorder& rec, Counters& c, int64_t k, const 
         const int32_t id = req.ids[t];
         if (cache.contains(id)) {
             leave_old(id);
-            cache.touch(id, pred.rank(t), pred.due(t));
+            cache.touch(id, pred.rank(t));
             rec.hit(t);
             continue;
         }
@@ -66,7 +65,7 @@ void run_laru(const Requests& req, Recorder& rec, Counters& c, int64_t k, const 
                 if (++induced_in_phase % params.shrink_every == 0) lam /= params.b;
             } else {
                 const int64_t window = std::max<int64_t>(static_cast<int64_t>(std::floor(lam * static_cast<double>(k))), 1);
-                const WindowChoice choice = choose_in_window(cache, pred, c, window, params.overdue, t);
+                const WindowChoice choice = choose_in_window(cache, pred, c, window);
                 victim = choice.victim;
                 if (choice.by_prediction) key[victim].predicted_out_in = phase;
             }
@@ -77,18 +76,18 @@ void run_laru(const Requests& req, Recorder& rec, Counters& c, int64_t k, const 
             rec.miss(t);
         }
         key[id].predicted_out_in = 0;  // reloaded: its last eviction is no longer by prediction
-        cache.push_newest(id, pred.rank(t), pred.due(t));
+        cache.push_newest(id, pred.rank(t));
     }
     c.predict_on_access(pred, req.n);
 }
 
 py::tuple replay_laru(const Array<int32_t>& ids, int64_t n_ids, int64_t capacity, const Array<double>& predictions,
-                      bool async, double b, int64_t shrink_every, bool overdue, bool record_evictions) {
+                      bool async, double b, int64_t shrink_every, bool record_evictions) {
     checked_capacity(capacity);
     if (!(b > 1)) throw py::value_error("laru needs b > 1");
     if (shrink_every < 1) throw py::value_error("laru shrink_every must be at least 1");
     const Predictions pred{aligned_with(predictions, ids.size(), "predictions"), async};
-    const LaruParams params{b, shrink_every, overdue};
+    const LaruParams params{b, shrink_every};
     return run_core(ids, n_ids, record_evictions, [&](const Requests& req, Recorder& rec, Counters& c) {
         run_laru(req, rec, c, capacity, pred, params);
     });
@@ -98,7 +97,7 @@ py::tuple replay_laru(const Array<int32_t>& ids, int64_t n_ids, int64_t capacity
 
 void register_sim_laru(py::module_& m) {
     m.def("replay_laru", &replay_laru, py::arg("ids"), py::arg("n_ids"), py::arg("capacity"), py::arg("predictions"),
-          py::arg("async_mode"), py::arg("b"), py::arg("shrink_every"), py::arg("overdue"), py::arg("record_evictions"));
+          py::arg("async_mode"), py::arg("b"), py::arg("shrink_every"), py::arg("record_evictions"));
 }
 
 }  // namespace lcr

@@ -37,12 +37,6 @@ struct Predictions {
         const double v = at[t];
         return std::isnan(v) ? std::numeric_limits<double>::infinity() : v;
     }
-    // The time after which the prediction is overdue: the predicted time itself; an
-    // unknown one (NaN, +inf) is always overdue, which ranks it +inf as rank() does.
-    double due(int64_t t) const {
-        const double v = at[t];
-        return std::isnan(v) || v == std::numeric_limits<double>::infinity() ? -std::numeric_limits<double>::infinity() : v;
-    }
 };
 
 struct Counters {

@@ -13,10 +13,6 @@ On a miss into a full cache:
 ``b`` once every ``shrink_every`` prediction-induced misses of a phase (the paper uses
 k/32 there, see ``llm_shrink_every``); the default 1 is Algorithm 1 as written.
 
-``overdue`` applies the overdue rule of ``lcr.policies.predictions`` in the window: a
-key whose predicted next access is already past ranks as unknown, so the oldest such
-key is evicted first. Oracle predictions are never overdue, so LARU stays 1-consistent.
-
 ``record`` replaces the exact set of prediction-evicted keys with any object offering
 ``add``, ``discard``, ``clear`` and ``in`` (SlabHash keeps a bitset, see
 ``lcr.embedding.reference.BitsetRecord``).
@@ -42,8 +38,7 @@ class LARU(Policy):
     uses_predictions = True
 
     def __init__(self, capacity: int, predictor: NextAccessPredictor, mode: str = "sync",
-                 b: float = 2.0, shrink_every: int = 1, record: MutableSet[int] | None = None,
-                 overdue: bool = False):
+                 b: float = 2.0, shrink_every: int = 1, record: MutableSet[int] | None = None):
         super().__init__(capacity)
         if not b > 1:
             raise ValueError(f"laru needs b > 1, got {b}")
@@ -51,7 +46,6 @@ class LARU(Policy):
             raise ValueError(f"laru shrink_every must be at least 1, got {shrink_every}")
         self.b = float(b)
         self.shrink_every = int(shrink_every)
-        self.overdue = bool(overdue)
         self.recency = self.resident = RecencyOrder()
         self.table = PredictionTable(predictor, mode, self.stats)
         self.lam = 1.0
@@ -89,8 +83,7 @@ class LARU(Policy):
             if self._induced_in_phase % self.shrink_every == 0:
                 self.lam /= self.b
         else:
-            victim, by_prediction = choose_in_window(self.recency, self.table, self.stats, self.window, t,
-                                                       self.overdue)
+            victim, by_prediction = choose_in_window(self.recency, self.table, self.stats, self.window, t)
             if by_prediction:
                 self.evicted_by_prediction.add(victim)
         self.old.discard(victim)

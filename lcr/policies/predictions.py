@@ -14,14 +14,7 @@ Ranking rule for eviction (documented in docs/policies.md): a larger predicted
 next-access time means "evict first". A key with no prediction, or a NaN
 prediction, ranks as +inf: with nothing known about its reuse, the recency order
 decides among such keys. +inf and -inf are kept as given. Ties always go to the
-least recently used candidate, so a table that knows nothing reproduces LRU.
-
-Overdue rule (LARU's ``overdue`` option): a prediction is made once, at access time, so
-a key predicted to return soon that does not return would stay protected for good. When
-the eviction happens at time ``now`` and a key's predicted next access is already in
-the past (value < now), the prediction has failed: the key ranks as unknown (+inf).
-Exact predictions are never overdue (a cached key's next access lies after ``now``), so
-this leaves oracle-driven decisions unchanged. Any
+least recently used candidate, so a table that knows nothing reproduces LRU. Any
 choice inside LARU's candidate window keeps Theorem 1's robustness bound, so no
 prediction value can break it.
 """
@@ -61,13 +54,10 @@ class PredictionTable:
         """Eviction rank of ``key``: the largest rank is evicted first."""
         return self._predicted.get(key, math.inf)
 
-    def pick_victim(self, candidates: Iterable[int], now: float | None = None) -> int:
-        """The candidate with the largest rank; the first one (least recent) on ties.
-        With ``now``, overdue predictions (before ``now``) rank as +inf."""
+    def pick_victim(self, candidates: Iterable[int]) -> int:
+        """The candidate with the largest rank; the first one (least recent) on ties."""
         get, inf = self._predicted.get, math.inf
-        if now is None:
-            return max(candidates, key=lambda key: get(key, inf))
-        return max(candidates, key=lambda key: inf if get(key, inf) < now else get(key, inf))
+        return max(candidates, key=lambda key: get(key, inf))
 
     def update(self, key: int, value: float) -> None:
         """Set P(key); async workers call this from their own thread."""

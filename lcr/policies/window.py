@@ -7,11 +7,10 @@ from lcr.policies.recency import RecencyOrder
 
 
 def choose_in_window(recency: RecencyOrder, table: PredictionTable, stats: PolicyStats,
-                     window: int, t: int, overdue: bool = False) -> tuple[int, bool]:
+                     window: int, t: int) -> tuple[int, bool]:
     """Among the ``window`` least recently used keys, the one predicted to return last.
 
     A window of one is a plain LRU eviction and asks the predictor nothing.
-    ``overdue``: predictions already in the past at ``t`` rank as unknown (+inf).
     Returns the victim and whether a prediction chose it.
     """
     candidates = recency.oldest(window)
@@ -20,4 +19,4 @@ def choose_in_window(recency: RecencyOrder, table: PredictionTable, stats: Polic
         return candidates[0], False
     table.before_eviction(candidates, t)
     stats.prediction_evictions += 1
-    return table.pick_victim(candidates, t if overdue else None), True
+    return table.pick_victim(candidates), True

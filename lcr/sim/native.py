@@ -88,7 +88,7 @@ def native_replay(trace: Trace, name: str, capacity: int, predictions: np.ndarra
         elif name == "hf":
             extra = (spec.window,)
         else:
-            extra = (spec.b, spec.shrink_every, spec.overdue)
+            extra = (spec.b, spec.shrink_every)
         hits, evicted, counters = getattr(_native, f"replay_{name}")(
             *core, predictions, async_mode, *extra, record_evictions)
     seconds = time.perf_counter() - start
