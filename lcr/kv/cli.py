@@ -61,7 +61,8 @@ def register(subparsers) -> None:
                    help=f"comma-separated, from {', '.join(POLICIES)}")
     p.add_argument("--predictor", default="oracle",
                    help="oracle, noisy:P, lightgbm (early first fit, recent intervals until then), "
-                        "intervals, or lightgbm-late (first fit after 10,000 accesses)")
+                        "intervals, lightgbm-late (first fit after 10,000 accesses), or lightgbm-belady "
+                        "(relaxed-Belady classifier, ranked by age plus a learned bonus)")
     p.add_argument("--noise", default=None,
                    help="worst-case noise probabilities for oracle predictions, e.g. 0,0.5,1")
     p.add_argument("--engine", default="lcr", choices=ENGINES,

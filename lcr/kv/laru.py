@@ -23,7 +23,10 @@ Rules (each measured in docs/kv.md; the options name the alternatives tried):
   by LRU; ``one`` (the authors') gives one LRU eviction per induced miss.
 * Confidence (``confidence``): ``phase`` (Algorithm 1) resets lambda to 1 at every
   phase start; ``earned`` keeps it across phases and multiplies it by b only after a
-  phase without an induced miss.
+  phase without an induced miss; ``guarded`` is ``earned`` where an induced miss also
+  makes the rest of its phase LRU and costs one more shrink when the phase ends (a small
+  cache sees few evictions per phase, so the per-miss shrink alone comes too late:
+  Online-QA 2.5% at p = 1, docs/kv.md).
 * Shrink (``shrink_every``): lambda /= b once every ``shrink_every`` induced misses of a
   phase (default 1, Algorithm 1; the paper's LLM setting is k // 32, ``shrink_every=0``).
 * Only evictions a prediction decided (victim other than the oldest candidate) are
@@ -51,7 +54,7 @@ PHASES = ("nodes", "tokens")
 CHECKS = ("evict", "insert")
 RECORDS = ("phase", "cached")
 FALLBACKS = ("round", "one")
-CONFIDENCES = ("phase", "earned")
+CONFIDENCES = ("phase", "earned", "guarded")
 INDUCED = ("phase", "stale")
 
 
@@ -96,6 +99,7 @@ class LARURules(_Predictive):
         self._induced_in_phase = 0
         self._lru_round = False
         self._lru_budget = 0
+        self._lru_phase = False  # confidence="guarded": an induced miss ends predictions for the phase
         self._started = False
         self.stats.extra.update(phases=0, prediction_induced_misses=0)
 
@@ -166,7 +170,7 @@ class LARURules(_Predictive):
     # Decisions ------------------------------------------------------------------------
     def pick_victim(self, leaves, now):
         leaves = as_container(leaves)
-        if self._lru_round or self._lru_budget > 0:
+        if self._lru_round or self._lru_budget > 0 or self._lru_phase:
             self._lru_budget = max(0, self._lru_budget - 1)
             victim = self.oldest(leaves)
             self.stats.lru_evictions += 1
@@ -213,6 +217,7 @@ class LARURules(_Predictive):
         self._induced_in_phase += 1
         if self.record == "cached":
             self.evicted_by_prediction.pop(key, None)
+        self._lru_phase = self.confidence == "guarded"
         if self.fallback == "round":
             self._lru_round = True
         else:
@@ -225,11 +230,16 @@ class LARURules(_Predictive):
         self.old = set(self.last_access)
         self.phase_tokens, self._phase_seen = 0, set()
         self.k = self.fixed_k or max(1, len(self.old))
-        if self.confidence == "phase" or self._induced_in_phase == 0:
-            self.lam = min(1.0, self.lam * self.b) if self.confidence == "earned" else 1.0
+        if self.confidence == "phase":
+            self.lam = 1.0
+        elif self._induced_in_phase == 0:
+            self.lam = min(1.0, self.lam * self.b)
+        elif self.confidence == "guarded":
+            self.lam /= self.b
         if self.induced == "phase":
             self.evicted_by_prediction.clear()
         self._induced_in_phase = 0
+        self._lru_phase = False
         self.stats.extra["phases"] += 1
 
 

@@ -17,7 +17,7 @@ from lcr.policies.rng import SplitMix64
 from lcr.predict.base import Predictor
 
 _MASK = (1 << 64) - 1
-LEARNED = ("lightgbm", "intervals", "lightgbm-late")
+LEARNED = ("lightgbm", "intervals", "lightgbm-late", "lightgbm-belady")
 
 
 class PathOracle(Predictor):
@@ -67,6 +67,8 @@ def make_path_predictor(kind: str, workload: BlockWorkload, noise: float, seed: 
         return RecentIntervalsPredictor()
     if kind == "lightgbm-late":
         return LightGBMNodePredictor(seed=seed, background=False)
+    if kind == "lightgbm-belady":
+        return LearnedNodePredictor(seed=seed, background=False, objective="belady", rank="aging")
     return LearnedNodePredictor(seed=seed, background=False)
 
 
@@ -78,13 +80,13 @@ class LightGBMNodePredictor(Predictor):
     name = "lightgbm"
 
     def __init__(self, seed: int = 0, background: bool = True, retrain_every: int = 10_000,
-                 min_samples: int | None = None):
+                 min_samples: int | None = None, objective: str = "regression", rank: str = "time"):
         from lcr.predict.features import FeatureConfig
         from lcr.predict.lightgbm_model import LightGBMConfig, LightGBMPredictor
 
         extra = {} if min_samples is None else {"min_samples": min_samples}
         self.model = LightGBMPredictor(LightGBMConfig(
-            seed=seed, background=background, retrain_every=retrain_every,
+            seed=seed, background=background, retrain_every=retrain_every, objective=objective, rank=rank,
             features=FeatureConfig(static_fields=("tokens_from_root",)), **extra))
 
     def observe(self, key: int, t: int) -> None:
@@ -140,19 +142,29 @@ class LearnedNodePredictor(FeaturePredictor):
 
     One observation per node per request: a repeat of (key, time) is ignored (it would
     add a zero-length interval to the features and the training data).
+
+    ``objective="belady", rank="aging"`` (``--predictor lightgbm-belady``) is the
+    relaxed-Belady boundary classifier of ``lcr.predict``: p = P(next access beyond the
+    boundary B), answered as B * p - last access, i.e. LRU's age plus a learned bonus of
+    up to one boundary. Ages stay in the order, so a wrong model costs less than a wrong
+    time; and a split's lower part, never observed itself, answers NaN (evicted first:
+    the divergence that split it mostly leaves a dead tail). It is the one with which
+    LARU beats LRU at every size measured (docs/kv.md).
     ``serving()`` names the predictor answering now, for logs and metrics.
     Not thread-safe for observations (one engine thread); fits may run in background."""
 
     name = "lightgbm"
 
     def __init__(self, seed: int = 0, background: bool = True, first_fit: int = 600,
-                 retrain_every: int = 5_000):
+                 retrain_every: int = 5_000, objective: str = "regression", rank: str = "time"):
         super().__init__()
         if first_fit < 2 or retrain_every < 1:
             raise LcrInputError("learned predictor: first_fit must be >= 2 and retrain_every >= 1")
         # The first fit needs only a few hundred ripe labels: half the observations it waits for.
         self.lightgbm = LightGBMNodePredictor(seed=seed, background=background, retrain_every=retrain_every,
-                                              min_samples=max(2, first_fit // 2))
+                                              min_samples=max(2, first_fit // 2), objective=objective, rank=rank)
+        if objective == "belady":
+            self.name = "lightgbm-belady"
         self.first_fit = first_fit
         self._observed = 0
         self._first_fit_started = False
@@ -176,7 +188,7 @@ class LearnedNodePredictor(FeaturePredictor):
             self._next_try += max(1, self.first_fit // 4)
 
     def serving(self) -> str:
-        return "lightgbm" if self.lightgbm.model.model_version else "intervals"
+        return self.name if self.lightgbm.model.model_version else "intervals"
 
     def predict(self, keys: Sequence[int], now: int):
         if not self.lightgbm.model.model_version:
