@@ -382,8 +382,8 @@ def test_native_forest_equals_lightgbm_on_split_thresholds():
     X[rng.random(X.shape) < 0.2] = np.nan
     y = np.nan_to_num(X[:, 0], nan=7.0) - X[:, 1] + rng.random(len(X))
     for params in ({}, {"zero_as_missing": True}):
-        booster = lightgbm.train({"objective": "regression", "num_leaves": 15, "verbose": -1, **params},
-                                 lightgbm.Dataset(X, y), num_boost_round=8)
+        booster = lightgbm.train({"objective": "regression", "num_leaves": 15, "verbose": -1, "num_threads": 1,
+                                  **params}, lightgbm.Dataset(X, y), num_boost_round=8)
         probes = np.vstack([X, _rows_on_every_threshold(booster, X)])
         assert np.array_equal(compile_booster(booster, 4).predict(probes), booster.predict(probes))
 
@@ -418,7 +418,7 @@ def test_batch_predict_equals_lightgbm_on_the_stored_features(objective, memo):
     expected = model._model.answers(booster.predict(rows, raw_score=True), model.features.last_times(slots))
     assert np.isnan(got[~known]).all()
     assert np.array_equal(got[known], expected)
-    assert np.array_equal(model.predict(keys, now), got)  # a second (memoised) call answers the same
+    assert np.array_equal(model.predict(keys, now), got, equal_nan=True)  # a second (memoised) call too
     probes = _rows_on_every_threshold(booster, rows)
     assert np.array_equal(model._model.forest.predict(probes), booster.predict(probes, raw_score=True))
 
