@@ -291,6 +291,12 @@ def test_batch_slot_lookup_matches_the_dict_as_keys_arrive_and_are_forgotten():
     for t, key in enumerate(rng.choice(keys, 500).tolist(), start=6000):
         store.update(key, t)
     check()
+    store = FeatureStore()  # full layout: the age column reads each slot's first access
+    for t, key in enumerate([5, 6, 7, 5, 8, 7]):
+        store.update(key, t)
+    store.retain_most_recent(3)  # keeps 5, 8, 7 (moved to slots 0, 1, 2)
+    age = store.update(7, 9)[store.config.names.index("age")]
+    assert age == 9 - 2
 
 
 def test_key_slots_number_keys_in_order_and_refuse_a_known_key():
