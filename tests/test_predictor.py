@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,6 +19,8 @@ from lcr.predict.labels import SampledHistory, next_access_labels
 
 pytest.importorskip("lightgbm")
 from lcr.predict.lightgbm_model import LightGBMConfig, LightGBMPredictor  # noqa: E402
+
+SHARED = Path(__file__).resolve().parents[1] / "../shared/data"
 
 # -- features --------------------------------------------------------------------------------
 
@@ -268,16 +271,44 @@ def test_unknown_predictions_reproduce_lru():
     assert [lru.access(k, t) for t, k in enumerate(keys)] == [laru.access(k, t) for t, k in enumerate(keys)]
 
 
-def test_batch_slot_lookup_matches_the_dict_as_keys_arrive():
+def test_batch_slot_lookup_matches_the_dict_as_keys_arrive_and_are_forgotten():
     store = FeatureStore(FeatureConfig(mode="compact"))
     rng = np.random.default_rng(1)
-    for t, key in enumerate(rng.integers(0, 5000, 3000).tolist()):
+    keys = rng.integers(-(2**62), 2**62, 5000)  # large and negative keys hash too
+
+    def check():
+        query = np.concatenate([rng.choice(keys, 400), rng.integers(-10, 6000, 100)])
+        expected = [store._slot.get(k, -1) for k in query.tolist()]
+        assert store.slots(query).tolist() == expected
+
+    for t, key in enumerate(rng.choice(keys, 6000).tolist()):
         store.update(key, t)
         if t % 700 == 0:
-            store.slots(np.arange(100))  # builds (then outdates) the sorted index
-    query = rng.integers(-10, 6000, 500)
-    expected = [store._slot.get(k, -1) for k in query.tolist()]
-    assert store.slots(query).tolist() == expected
+            check()  # indexes the keys so far; later ones arrive after it
+    check()
+    store.retain_most_recent(1000)  # renumbers the kept keys 0..999
+    check()
+    for t, key in enumerate(rng.choice(keys, 500).tolist(), start=6000):
+        store.update(key, t)
+    check()
+    store = FeatureStore()  # full layout: the age column reads each slot's first access
+    for t, key in enumerate([5, 6, 7, 5, 8, 7]):
+        store.update(key, t)
+    store.retain_most_recent(3)  # keeps 5, 8, 7 (moved to slots 0, 1, 2)
+    age = store.update(7, 9)[store.config.names.index("age")]
+    assert age == 9 - 2
+
+
+def test_key_slots_number_keys_in_order_and_refuse_a_known_key():
+    from lcr import _native
+
+    index = _native.KeySlots()
+    index.extend(np.array([7, -3, 2**63 - 1]))
+    index.extend(np.array([0]))
+    assert len(index) == 4
+    assert index.find(np.array([0, 7, 5, 2**63 - 1, -3])).tolist() == [3, 0, -1, 2, 1]
+    with pytest.raises(ValueError, match="key -3 was already added"):
+        index.extend(np.array([-3]))
 
 
 def test_replayed_predictions_equal_querying_the_online_model_at_each_access():
@@ -325,6 +356,77 @@ def test_native_forest_equals_lightgbm_predict(params):
         forest.predict(X[:, :3])
     with pytest.raises(IndexError, match="row index"):
         forest.predict(X, np.array([len(X)]))
+
+
+def _rows_on_every_threshold(booster, X: np.ndarray) -> np.ndarray:
+    """Rows of X with one split's feature set exactly to its threshold (and to +-0, NaN),
+    one per split: a `<` for LightGBM's `<=` or a wrong missing rule changes their answer."""
+    out = []
+
+    def visit(tree, row):
+        if "leaf_value" in tree:
+            return
+        for value in (tree["threshold"], 0.0, -0.0, np.nan):
+            probe = row.copy()
+            probe[tree["split_feature"]] = value
+            out.append(probe)
+        visit(tree["left_child"], row)
+        visit(tree["right_child"], row)
+
+    for i, info in enumerate(booster.dump_model()["tree_info"]):
+        visit(info["tree_structure"], X[i % len(X)])
+    return np.array(out)
+
+
+def test_native_forest_equals_lightgbm_on_split_thresholds():
+    import lightgbm
+
+    from lcr.predict.forest import compile_booster
+
+    rng = np.random.default_rng(5)
+    X = rng.integers(0, 6, (3000, 4)).astype(np.float64)  # few distinct values: rows hit thresholds
+    X[rng.random(X.shape) < 0.2] = np.nan
+    y = np.nan_to_num(X[:, 0], nan=7.0) - X[:, 1] + rng.random(len(X))
+    for params in ({}, {"zero_as_missing": True}):
+        booster = lightgbm.train({"objective": "regression", "num_leaves": 15, "verbose": -1, "num_threads": 1,
+                                  **params}, lightgbm.Dataset(X, y), num_boost_round=8)
+        probes = np.vstack([X, _rows_on_every_threshold(booster, X)])
+        assert np.array_equal(compile_booster(booster, 4).predict(probes), booster.predict(probes))
+
+
+@pytest.mark.parametrize("objective,memo", [("regression", False), ("belady", True), ("belady", False)])
+def test_batch_predict_equals_lightgbm_on_the_stored_features(objective, memo):
+    """predict(keys) = LightGBM's own predict on each key's feature row, bit for bit: keys in
+    any order, unknown keys NaN, rows read from the store by slot (a wrong slot or row
+    changes the answer), memoised or not."""
+    trace_path = SHARED / "classic" / "cloudPhysicsIO.oracleGeneral.bin"
+    if trace_path.exists():
+        from lcr.traces import load_trace
+
+        stream = load_trace(str(trace_path), limit=30_000).keys
+    else:  # the real features need the shared data; a skewed stream still exercises the path
+        stream = np.random.default_rng(2).zipf(1.2, 30_000) % 5_000
+    config = LightGBMConfig(background=False, retrain_every=10**9, objective=objective, capacity=300,
+                            cache_predictions=memo, rank="probability" if objective == "belady" else "time")
+    model = LightGBMPredictor(config)
+    for t, key in enumerate(stream.tolist()):
+        model.observe(key, t)
+    assert model.fit()
+    rng = np.random.default_rng(3)
+    seen = np.fromiter(model.features._slot, dtype=np.int64)
+    keys = np.concatenate([rng.permutation(seen), [-1, -2]])[rng.permutation(len(seen) + 2)]
+    now = len(stream)
+    got = model.predict(keys, now)
+    known = np.isin(keys, seen)
+    slots = np.array([model.features._slot[k] for k in keys[known].tolist()])
+    rows = model.features.matrix[slots]
+    booster = model._model.booster
+    expected = model._model.answers(booster.predict(rows, raw_score=True), model.features.last_times(slots))
+    assert np.isnan(got[~known]).all()
+    assert np.array_equal(got[known], expected)
+    assert np.array_equal(model.predict(keys, now), got, equal_nan=True)  # a second (memoised) call too
+    probes = _rows_on_every_threshold(booster, rows)
+    assert np.array_equal(model._model.forest.predict(probes), booster.predict(probes, raw_score=True))
 
 
 # -- offline quality and the learned policies (issue 11) -----------------------------------------

@@ -3,6 +3,11 @@
 // lightgbm's Python predict costs ~5 ms of fixed overhead per call on this machine, more
 // than walking 16 small trees for 25k rows. lcr.predict.forest flattens a fitted booster
 // (dump_model) into these arrays once per fit; predictions must equal booster.predict.
+//
+// Rows picked by index lie scattered over a feature matrix far larger than the caches;
+// walked one after another, each row's first touch stalls the walk on a memory miss.
+// So the walk prefetches the rows kPrefetchAhead positions ahead: their misses overlap
+// (measured: 25k rows of 26 features from a 65k-row matrix, 6.3 -> 3.0 ms on a loaded core).
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -76,9 +81,12 @@ public:
         const double* data = rows.data();
         double* result = out.mutable_data();
         py::gil_scoped_release release;
+        auto row_at = [&](py::ssize_t r) { return data + (picked ? picked[r] : r) * num_features_; };
         auto evaluate = [&](py::ssize_t begin, py::ssize_t end) {
+            for (py::ssize_t r = begin; r < std::min(end, begin + kPrefetchAhead); ++r) prefetch_row(row_at(r));
             for (py::ssize_t r = begin; r < end; ++r) {
-                const double* row = data + (picked ? picked[r] : r) * num_features_;
+                if (r + kPrefetchAhead < end) prefetch_row(row_at(r + kPrefetchAhead));
+                const double* row = row_at(r);
                 double sum = 0.0;
                 for (int32_t root : roots_) {
                     int32_t node = root;
@@ -104,6 +112,17 @@ public:
     static constexpr py::ssize_t kMinRowsPerThread = 4096;
 
 private:
+    static constexpr py::ssize_t kPrefetchAhead = 8;  // rows; 4..64 measured alike
+    static constexpr int kCacheLine = 64;
+
+    // Every cache line of one row (a row need not start on a line).
+    void prefetch_row(const double* row) const {
+        const char* bytes = reinterpret_cast<const char*>(row);
+        const int size = num_features_ * static_cast<int>(sizeof(double));
+        for (int offset = 0; offset < size; offset += kCacheLine) __builtin_prefetch(bytes + offset);
+        __builtin_prefetch(bytes + size - 1);
+    }
+
     struct Node {
         double threshold;
         int32_t feature, left, right;

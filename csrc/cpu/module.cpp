@@ -24,4 +24,5 @@ PYBIND11_MODULE(_native, m) {
     lcr::register_sim_wtinylfu(m);
     lcr::register_sim_lfu(m);
     lcr::register_forest(m);
+    lcr::register_key_slots(m);
 }

@@ -24,4 +24,5 @@ void register_sim_s3fifo(pybind11::module_& m);
 void register_sim_wtinylfu(pybind11::module_& m);
 void register_sim_lfu(pybind11::module_& m);
 void register_forest(pybind11::module_& m);
+void register_key_slots(pybind11::module_& m);
 }  // namespace lcr

@@ -89,9 +89,10 @@ class FeatureStore:
         self._first_time = np.zeros(initial_keys)
         # Per-time-unit decay of each EDC: after delta units a counter is scaled by decay**delta.
         self._decay = np.exp2(-1.0 / c.half_lives) if c.mode == "full" else None
-        self._index_keys = np.zeros(0, dtype=np.int64)  # sorted keys, for batch lookups
-        self._index_slots = np.zeros(0, dtype=np.int64)
-        self._indexed = 0
+        # Batch lookups go through a native hash index of the same numbering (slots are
+        # handed out in order of first appearance); it is brought up to date lazily.
+        self._key_of_slot = np.zeros(initial_keys, dtype=np.int64)
+        self._index = _new_index()
         edcs_end = c.n_deltas + c.n_edcs
         self._layout = _Layout(slice(0, c.n_deltas), slice(c.n_deltas, edcs_end),
                                edcs_end, edcs_end + 1, edcs_end + 2)
@@ -152,6 +153,7 @@ class FeatureStore:
             self._rows = grown
             self._last_time = np.concatenate([self._last_time, np.zeros(slot)])
             self._first_time = np.concatenate([self._first_time, np.zeros(slot)])
+            self._key_of_slot = np.concatenate([self._key_of_slot, np.zeros(slot, dtype=np.int64)])
         row = self._rows[slot]
         row[:] = np.nan
         if self.config.mode == "compact":
@@ -161,6 +163,7 @@ class FeatureStore:
             row[self._layout.edcs] = 0.0
             row[self._layout.count] = 0
         self._slot[key] = slot
+        self._key_of_slot[slot] = key
         return slot
 
     def slot_of(self, key: int) -> int:
@@ -169,34 +172,18 @@ class FeatureStore:
     def slots(self, keys: Sequence[int] | np.ndarray) -> np.ndarray:
         """Row index of each key, -1 for keys never seen.
 
-        Large batches are looked up in a sorted index with ``searchsorted`` instead of
-        one dict probe per key; the index is rebuilt once enough keys were added after
-        it, and keys added since are found through the dict.
+        Small batches probe the dict; large ones the native index (``lcr._native.KeySlots``),
+        first told about the keys added since the last large batch.
         """
-        get = self._slot.get
         if len(keys) < _VECTOR_LOOKUP_MIN:
+            get = self._slot.get
             if isinstance(keys, np.ndarray):
                 keys = keys.tolist()
             return np.fromiter((get(k, -1) for k in keys), dtype=np.int64, count=len(keys))
-        keys = np.asarray(keys, dtype=np.int64)
-        if len(self._slot) - self._indexed > max(256, self._indexed // 16):
-            self._build_index()
-        if not self._indexed:
-            return np.fromiter((get(k, -1) for k in keys.tolist()), dtype=np.int64, count=len(keys))
-        pos = np.minimum(np.searchsorted(self._index_keys, keys), self._indexed - 1)
-        found = self._index_keys[pos] == keys
-        out = np.where(found, self._index_slots[pos], -1)
-        if self._indexed < len(self._slot):  # keys added after the index was built
-            for i in np.flatnonzero(~found).tolist():
-                out[i] = get(int(keys[i]), -1)
-        return out
-
-    def _build_index(self) -> None:
-        keys = np.fromiter(self._slot.keys(), dtype=np.int64, count=len(self._slot))
-        slots = np.fromiter(self._slot.values(), dtype=np.int64, count=len(self._slot))
-        order = np.argsort(keys)
-        self._index_keys, self._index_slots = keys[order], slots[order]
-        self._indexed = len(keys)
+        indexed, n = len(self._index), len(self._slot)
+        if indexed < n:
+            self._index.extend(self._key_of_slot[indexed:n])
+        return self._index.find(np.asarray(keys, dtype=np.int64))
 
     @property
     def matrix(self) -> np.ndarray:
@@ -233,18 +220,20 @@ class FeatureStore:
         n = len(self._slot)
         if n <= keep:
             return np.arange(n)
-        keys = np.fromiter(self._slot.keys(), dtype=np.int64, count=n)
-        slots = np.fromiter(self._slot.values(), dtype=np.int64, count=n)
-        key_of_slot = np.empty(n, dtype=np.int64)
-        key_of_slot[slots] = keys
-        newest = np.argpartition(-self._last_time[:n], keep - 1)[:keep] if keep else slots[:0]
+        newest = np.argpartition(-self._last_time[:n], keep - 1)[:keep] if keep else np.zeros(0, np.int64)
         kept = np.sort(newest)
-        self._rows[:keep] = self._rows[kept]
-        self._last_time[:keep] = self._last_time[kept]
-        self._slot = dict(zip(key_of_slot[kept].tolist(), range(keep)))
-        self._index_keys = self._index_slots = np.zeros(0, dtype=np.int64)
-        self._indexed = 0
+        # Every per-slot array moves (first access times too: the age column reads them).
+        for per_slot in (self._rows, self._last_time, self._first_time, self._key_of_slot):
+            per_slot[:keep] = per_slot[kept]
+        self._slot = dict(zip(self._key_of_slot[:keep].tolist(), range(keep)))
+        self._index = _new_index()
         return kept
+
+
+def _new_index():
+    from lcr import _native
+
+    return _native.KeySlots()
 
 
 __all__ = ["FeatureConfig", "FeatureStore", "MODES"]

@@ -172,7 +172,6 @@ class LightGBMPredictor(Predictor):
         self._now = 0.0
         # Per-slot predicted interval under the current model; NaN = to be computed.
         self._memo = np.full(self.features.capacity, np.nan)
-        self._epoch = 0  # bumped by every change to the features
         self.metrics = {"observed": 0, "fits": 0, "fits_skipped_busy": 0, "last_fit_seconds": 0.0,
                         "last_fit_samples": 0, "predicted_keys": 0}
 
@@ -184,7 +183,6 @@ class LightGBMPredictor(Predictor):
             slot = self.features.slot_of(key)
             if slot < len(self._memo):
                 self._memo[slot] = np.nan
-            self._epoch += 1  # a prediction computed before this must not be memoised
             self._now = t
         self.metrics["observed"] += 1
         self._since_fit += 1
@@ -312,6 +310,8 @@ class LightGBMPredictor(Predictor):
 
     def _predict_memoised(self, keys: np.ndarray, model: _Model, out: np.ndarray) -> np.ndarray:
         # The memo holds model.offsets (relative to the latest access): valid until the row changes.
+        # Stale keys are predicted in place under the lock (reading rows by index costs less
+        # than copying them out first), so what is memoised matches the features now.
         with self._lock:
             slots = self.features.slots(keys)
             known = np.flatnonzero(slots >= 0)
@@ -320,21 +320,16 @@ class LightGBMPredictor(Predictor):
                 grown = np.full(self.features.capacity, np.nan)
                 grown[:len(self._memo)] = self._memo
                 self._memo = grown
-            memo, epoch = self._memo, self._epoch
-            intervals = memo[slots]
+            intervals = self._memo[slots]
             stale = np.flatnonzero(np.isnan(intervals))
-            rows = self.features.rows(slots[stale])
+            if len(stale):
+                fresh = model.offsets(model.raw(self.features.matrix, self.config.num_threads, slots[stale]))
+                intervals[stale] = fresh
+                if self._model is model:  # a fit may have swapped in a newer model meanwhile
+                    self._memo[slots[stale]] = fresh
             last = self.features.last_times(slots)
-        if len(stale):
-            fresh = model.offsets(model.raw(rows, self.config.num_threads))
-            intervals[stale] = fresh
-            with self._lock:
-                # Memoise only if neither the model nor any key's features changed meanwhile.
-                if self._model is model and self._memo is memo and self._epoch == epoch:
-                    memo[slots[stale]] = fresh
         out[known] = model.place(intervals, last)
         return out
-
 
     def forget_least_recent(self, max_keys: int, keep: int) -> int:
         """Once more than ``max_keys`` keys are tracked, keep only the ``keep`` most
@@ -346,7 +341,6 @@ class LightGBMPredictor(Predictor):
                 return 0
             self.features.retain_most_recent(keep)
             self._memo = np.full(self.features.capacity, np.nan)
-            self._epoch += 1
             return before - len(self.features)
 
 
