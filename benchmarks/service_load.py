@@ -12,8 +12,10 @@ also sends a 16 MiB ``/observe`` (1M observations) whenever the previous one is 
 the service always has one in flight. With ``--async-client`` one more client drives an
 ``AsyncPredictor(RemotePredictor)`` like a cache does and reports its dropped observations.
 
-The service runs as a separate ``lcr serve-predictor`` process (its RSS is read from
-/proc). Writes benchmarks/results/service_load.json.
+The service runs as a separate ``lcr serve-predictor`` process; its RSS (front plus model
+process, from /proc) and the machine's load average are sampled every second. On a shared
+machine, ``--nice-clients 10`` runs the load generators (clients, probe, big sender, async
+client) at a lower priority than the service. Writes benchmarks/results/service_load.json.
 """
 from __future__ import annotations
 
@@ -46,12 +48,24 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def rss_mb(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:  # Linux only
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
+def rss_mb(*pids: int) -> float:
+    """Resident memory of these processes together (Linux /proc)."""
+    total = 0.0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                total += next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
+        except (OSError, StopIteration):
+            return float("nan")
+    return total
+
+
+def service_pids(url: str, pid: int) -> tuple[int, int]:
+    """The front's pid and its model process's pid."""
+    pool = ConnectionPool(Endpoint(url), size=1)
+    metrics = json.loads(pool.call("GET", "/metrics", {}, b"", time.monotonic() + 30)[1])
+    pool.close()
+    return pid, metrics["model_pid"]
 
 
 def start_service(port: int, max_keys: int, features: str = "full") -> subprocess.Popen:
@@ -63,7 +77,7 @@ def start_service(port: int, max_keys: int, features: str = "full") -> subproces
                             env=env, stdout=log, stderr=subprocess.STDOUT)
     proc.log = log
     pool = ConnectionPool(Endpoint(f"http://127.0.0.1:{port}"))
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 120  # the model process imports LightGBM first
     while True:
         try:
             if pool.call("GET", "/health", {}, b"", time.monotonic() + 1)[0] == 200:
@@ -185,13 +199,14 @@ def run_async(url: str, stop_at: float, rate: float) -> dict:
 
 
 def run_config(url: str, pid: int, clients: int, mode: str, duration: float, big: bool, async_client: bool,
-               processes: int, async_rate: float = 5000.0) -> dict:
+               processes: int, async_rate: float = 5000.0, nice_clients: int = 0) -> dict:
     from concurrent.futures import ProcessPoolExecutor
 
-    stop_at = time.monotonic() + duration
+    pids = service_pids(url, pid)
     groups = [list(range(clients))[i::processes] for i in range(min(processes, clients))]
-    rss = [rss_mb(pid)]
-    with ProcessPoolExecutor(max_workers=len(groups) + 3) as pool:
+    rss, load = [rss_mb(*pids)], [os.getloadavg()[0]]
+    with ProcessPoolExecutor(max_workers=len(groups) + 3, initializer=os.nice, initargs=(nice_clients,)) as pool:
+        stop_at = time.monotonic() + duration
         futures = [pool.submit(run_clients, url, g, mode, stop_at) for g in groups]
         futures.append(pool.submit(run_probe, url, stop_at))
         if big:
@@ -200,7 +215,8 @@ def run_config(url: str, pid: int, clients: int, mode: str, duration: float, big
             futures.append(pool.submit(run_async, url, stop_at, async_rate))
         while time.monotonic() < stop_at:
             time.sleep(1.0)
-            rss.append(rss_mb(pid))
+            rss.append(rss_mb(*pids))
+            load.append(os.getloadavg()[0])
         parts = [f.result() for f in futures]
     latencies = [x for p in parts for x in p.get("latencies", [])]
     health = [x for p in parts for x in p.get("health", [])]
@@ -213,7 +229,8 @@ def run_config(url: str, pid: int, clients: int, mode: str, duration: float, big
            "big_requests_sent": sum(p.get("big_sent", 0) for p in parts),
            "health_samples": len(health), "health_p50_ms": percentile_ms(health, 50),
            "health_p99_ms": percentile_ms(health, 99), "health_max_ms": max(health) * 1e3 if health else None,
-           "rss_mb_start": rss[0], "rss_mb_max": max(rss), "rss_mb_end": rss[-1], "rss_mb_series": rss}
+           "rss_mb_start": rss[0], "rss_mb_max": max(rss), "rss_mb_end": rss[-1], "rss_mb_series": rss,
+           "load_avg_1m_mean": float(np.mean(load)), "load_avg_1m_max": max(load), "nice_clients": nice_clients}
     for p in parts:
         if "async_client" in p:
             row["async_client"] = p["async_client"]
@@ -231,6 +248,8 @@ def main() -> int:
     parser.add_argument("--async-rate", type=float, default=5000.0, help="accesses/s of the async client")
     parser.add_argument("--processes", type=int, default=4, help="client processes (clients spread over them)")
     parser.add_argument("--features", choices=("full", "compact"), default="full", help="the service's feature layout")
+    parser.add_argument("--nice-clients", type=int, default=0,
+                        help="niceness of the load-generating processes (the service keeps its own)")
     parser.add_argument("--out", default=str(RESULTS))
     args = parser.parse_args()
     rows = []
@@ -240,7 +259,8 @@ def main() -> int:
             service = start_service(port, args.max_keys, args.features)  # a fresh service per configuration
             try:
                 row = run_config(f"http://127.0.0.1:{port}", service.pid, clients, mode, args.duration,
-                                 args.big, args.async_client, args.processes, args.async_rate)
+                                 args.big, args.async_client, args.processes, args.async_rate,
+                                 args.nice_clients)
             finally:
                 service.terminate()
                 try:
@@ -259,7 +279,8 @@ def main() -> int:
                   f"{row['predict_p50_ms']:6.1f} ms p99 {row['predict_p99_ms']:7.1f} ms  errors {row['errors']} "
                   f"503s {row['busy_503']}  /health p50 {row['health_p50_ms']:.1f} p99 {row['health_p99_ms']:.1f} "
                   f"max {row['health_max_ms']:.1f} ms  RSS {row['rss_mb_start']:.0f}->{row['rss_mb_max']:.0f}"
-                  f"->{row['rss_mb_end']:.0f} MB  big sent {row['big_requests_sent']}{extra}", flush=True)
+                  f"->{row['rss_mb_end']:.0f} MB  big sent {row['big_requests_sent']}  load "
+                  f"{row['load_avg_1m_mean']:.1f} (max {row['load_avg_1m_max']:.1f}){extra}", flush=True)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({"args": vars(args), "cpu_count": os.cpu_count(), "runs": rows}, indent=1))
     print(f"wrote {args.out}")

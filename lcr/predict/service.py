@@ -10,11 +10,19 @@ Endpoints (binary bodies: see ``lcr.predict.wire``):
 
 Protection (every limit in ``ServiceLimits``):
 
-- The event loop only moves bytes. Model work runs on two worker threads ("lanes"):
-  observe and train share one lane, so updates and fits are serialised (one fit at a
-  time), and predict has its own, so a huge observe never blocks predictions. Each
-  lane admits at most ``max_queued`` requests and ``max_queued_bytes`` of bodies;
-  beyond that the answer is 503 at once, before the body is read.
+- The event loop only moves bytes. The model and all its CPU work live in a separate
+  process (``model_process.py``) with two lanes: observe and train share one, so updates
+  and fits are serialised (one fit at a time); predict has its own, so a huge observe
+  never blocks predictions. ``/health`` and ``/metrics`` are answered by the event loop
+  from the model process's latest report, so they stay quick whatever the model does.
+- Admission, decided from Content-Length before the body is read: the predict lane
+  admits at most ``max_queued`` requests and ``max_queued_bytes`` of bodies, beyond that
+  503 at once (a late prediction is worthless). The observe lane admits batches while
+  fewer than ``max_queued_bytes`` of observations wait for the model; when full, up to
+  ``max_queued`` requests wait their turn in arrival order (first come, first admitted)
+  for at most ``admission_wait_s``, then get 503. Waiting in order, not racing for a
+  free slot, gives every client its share of a saturated model, so a client that
+  batches its observations keeps up instead of losing them.
 - Per-key state is capped (``max_keys``): past the cap the least recently seen keys are
   forgotten in one sweep (counted in ``keys_evicted``).
 - Times: a time earlier than the newest one seen is clamped up to it (``times_clamped``),
@@ -26,25 +34,27 @@ Protection (every limit in ``ServiceLimits``):
 - Bodies must be ``application/octet-stream`` (415) and at most ``max_body_bytes`` (413);
   malformed ones get 400 with ``{"detail": message}``; a missing or wrong bearer token
   (when one is set) gets 401.
+- If the model process dies, ``/health`` answers 503 (a supervisor restarts the
+  service) and model requests 503 (clients fall back to LRU).
 """
 # No `from __future__ import annotations`: FastAPI reads the route annotations, which
 # name classes imported lazily inside create_app.
 
 import asyncio
+import collections
 import contextlib
+import functools
 import hmac
-import logging
+import json
+import os
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-
-import numpy as np
 
 from lcr.errors import LcrInputError
 from lcr.predict.lightgbm_model import LightGBMConfig, LightGBMPredictor
-from lcr.predict.wire import CONTENT_TYPE, decode_keys, decode_observations, encode_float64
-
-log = logging.getLogger(__name__)
+from lcr.predict.model_process import (OBSERVE, PREDICT, TRAIN, ModelFailed, ModelGone, ModelHost,
+                                       ModelProcess)
+from lcr.predict.wire import CONTENT_TYPE, INT64, decode_keys, decode_observations
 
 DEFAULT_MAX_BODY = 16 << 20  # 1M observations or 2M keys per request
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -53,8 +63,9 @@ LOOPBACK = ("127.0.0.1", "localhost", "::1")
 @dataclass(frozen=True)
 class ServiceLimits:
     max_body_bytes: int = DEFAULT_MAX_BODY
-    max_queued: int = 64                   # requests waiting per lane
+    max_queued: int = 64                   # predict: requests waiting; observe: requests waiting for room
     max_queued_bytes: int = 4 * DEFAULT_MAX_BODY  # body bytes waiting per lane
+    admission_wait_s: float = 1.0          # longest an observe waits for room before 503
     max_keys: int = 1_000_000              # per-key feature rows kept
     evict_fraction: float = 0.125          # share of max_keys forgotten per sweep
     max_time_jump: int = 1 << 50           # newest time + this is the latest time accepted
@@ -71,21 +82,23 @@ class ServiceLimits:
         for name in ("header_timeout_s", "body_timeout_s", "keep_alive_s"):
             if not getattr(self, name) > 0:
                 raise LcrInputError(f"service limit {name} must be > 0, got {getattr(self, name)}")
+        if not self.admission_wait_s >= 0:
+            raise LcrInputError(f"service limit admission_wait_s must be >= 0, got {self.admission_wait_s}")
         if not 0 < self.evict_fraction < 1:
             raise LcrInputError(f"service limit evict_fraction must lie in (0, 1), got {self.evict_fraction}")
 
 
 class Busy(Exception):
-    """A lane's queue is full: the request is refused (503) instead of waiting."""
+    """A lane is full: the request is refused (503) instead of waiting."""
 
 
 class _Lane:
-    """One worker thread and its admission bound (requests and body bytes)."""
+    """Requests and body bytes handed to the model and not answered yet; refuses beyond its bounds.
+    Event loop thread only."""
 
-    def __init__(self, name: str, max_queued: int, max_bytes: int):
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"lcr-service-{name}")
+    def __init__(self, max_queued: int, max_bytes: int):
         self._max_queued, self._max_bytes = max_queued, max_bytes
-        self.queued = self.queued_bytes = 0  # touched on the event loop thread only
+        self.queued = self.queued_bytes = 0
 
     def admit(self, nbytes: int) -> None:
         if self.queued >= self._max_queued or self.queued_bytes + nbytes > self._max_bytes:
@@ -97,65 +110,72 @@ class _Lane:
         self.queued -= 1
         self.queued_bytes -= nbytes
 
-    def start(self, fn, *args) -> "asyncio.Future":
-        return asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
 
-    def finished(self, future, nbytes: int) -> None:
-        self.release(nbytes)
-        if not future.cancelled() and future.exception() is not None:
-            log.error("predictor service work failed: %r", future.exception())
+class _Backlog:
+    """Observation bytes handed to the model and not taken in yet. Admits while there is
+    room; otherwise callers wait in arrival order (at most ``max_waiting`` of them, each
+    at most ``wait_s``). Event loop thread only."""
 
-    def shutdown(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+    def __init__(self, max_bytes: int, max_waiting: int, wait_s: float):
+        self.max_bytes, self.max_waiting, self.wait_s = max_bytes, max_waiting, wait_s
+        self.queued = self.queued_bytes = 0
+        self._waiters: collections.deque = collections.deque()  # (nbytes, future), oldest first
+
+    @property
+    def waiting(self) -> int:
+        return sum(not future.done() for _, future in self._waiters)
+
+    def _fits(self, nbytes: int) -> bool:
+        return self.queued_bytes == 0 or self.queued_bytes + nbytes <= self.max_bytes
+
+    async def admit(self, nbytes: int) -> None:
+        if not self._waiters and self._fits(nbytes):
+            self._take(nbytes)
+            return
+        if self.waiting >= self.max_waiting:
+            raise Busy()
+        future = asyncio.get_running_loop().create_future()
+        self._waiters.append((nbytes, future))
+        try:
+            await asyncio.wait_for(future, self.wait_s)  # _admit_waiters takes the bytes for us
+        except asyncio.TimeoutError:
+            raise Busy() from None
+        finally:
+            self._admit_waiters()  # a timed-out head must not hold up the ones behind it
+
+    def release(self, nbytes: int, done: bool = False) -> None:
+        self.queued_bytes -= nbytes
+        self.queued -= done
+        self._admit_waiters()
+
+    def _take(self, nbytes: int) -> None:
+        self.queued += 1
+        self.queued_bytes += nbytes
+
+    def _admit_waiters(self) -> None:
+        while self._waiters:
+            nbytes, future = self._waiters[0]
+            if future.done():  # timed out or the client went away
+                self._waiters.popleft()
+            elif self._fits(nbytes):
+                self._waiters.popleft()
+                self._take(nbytes)
+                future.set_result(None)
+            else:
+                return
 
 
-class ModelHost:
-    """The model and the rules around it (time order, key cap, one fit at a time).
-
-    ``observe``/``train`` must run on one thread (the observe lane); ``predict`` may run
-    concurrently with them: ``LightGBMPredictor`` guards its state with a lock.
-    """
-
-    def __init__(self, model: LightGBMPredictor, limits: ServiceLimits):
-        self.model, self.limits = model, limits
-        self.newest: int | None = None  # newest accepted time
-        self.counters = {"times_clamped": 0, "times_rejected": 0, "keys_evicted": 0}
-
-    def observe(self, keys: np.ndarray, times: np.ndarray) -> dict:
-        keys, times, clamped, rejected = self._order_times(keys, times)
-        limit = self.limits.max_keys
-        keep = int(limit * (1 - self.limits.evict_fraction))
-        step = max(limit - keep, 1)  # a large batch is capped as it goes, not only at its end
-        for begin in range(0, len(keys), step):
-            self.model.observe_many(keys[begin:begin + step], times[begin:begin + step])
-            self.counters["keys_evicted"] += self.model.forget_least_recent(limit, keep)
-        return {"observed": len(keys), "clamped": clamped, "rejected": rejected}
-
-    def _order_times(self, keys, times):
-        """Drop negative and far-future times; clamp the others to a running maximum."""
-        ok = times >= 0
-        newest = self.newest
-        if newest is None:  # the first batch: the jump is measured from its earliest time
-            newest = int(times[ok].min()) if ok.any() else 0
-        ok &= times - newest <= self.limits.max_time_jump
-        keys, times = keys[ok], times[ok]
-        rejected = int(len(ok) - len(keys))
-        start = self.newest if self.newest is not None else newest
-        ordered = np.maximum.accumulate(np.concatenate([[start], times]))[1:] if len(times) else times
-        clamped = int(np.count_nonzero(ordered != times))
-        if len(ordered):
-            self.newest = int(ordered[-1])
-        self.counters["times_clamped"] += clamped
-        self.counters["times_rejected"] += rejected
-        return keys, ordered, clamped, rejected
-
-    def train(self) -> dict:
-        self.model.wait_for_fit()  # a background fit started by observe finishes first
-        fitted = self.model.fit()
-        return {"fitted": fitted, "model_version": self.model.model_version}
-
-    def predict(self, keys: np.ndarray, now: int) -> bytes:
-        return encode_float64(self.model.predict(keys, now))
+def model_factory(model) -> "functools.partial":
+    """What to build in the model process: a ``LightGBMConfig``, a picklable zero-argument
+    callable returning a ``LightGBMPredictor``, or None for the default background model."""
+    if model is None:
+        model = LightGBMConfig(background=True)
+    if isinstance(model, LightGBMConfig):
+        return functools.partial(LightGBMPredictor, model)
+    if isinstance(model, LightGBMPredictor) or not callable(model):
+        raise LcrInputError("create_app takes a LightGBMConfig or a picklable factory of the model, not a model: "
+                            "the model is built in the service's model process")
+    return model
 
 
 def require_service_deps():
@@ -167,35 +187,42 @@ def require_service_deps():
     return fastapi, uvicorn
 
 
-def create_app(predictor: "LightGBMPredictor | None" = None, token: "str | None" = None,
-               max_body_bytes: "int | None" = None, limits: "ServiceLimits | None" = None):
+def create_app(model=None, token: "str | None" = None, max_body_bytes: "int | None" = None,
+               limits: "ServiceLimits | None" = None):
+    """The service's ASGI app. ``model``: see ``model_factory``. The model process starts
+    with the app (lifespan startup) and stops with it."""
     fastapi, _ = require_service_deps()
     from fastapi import Depends, FastAPI, HTTPException, Request
-    from fastapi.responses import Response
+    from fastapi.responses import JSONResponse, Response
 
     limits = limits or ServiceLimits()
     if max_body_bytes is not None:
         limits = ServiceLimits(**{**limits.__dict__, "max_body_bytes": int(max_body_bytes)})
-    model = predictor or LightGBMPredictor(LightGBMConfig(background=True))
-    host = ModelHost(model, limits)
-    lanes = {"observe": _Lane("observe", limits.max_queued, limits.max_queued_bytes),
-             "predict": _Lane("predict", limits.max_queued, limits.max_queued_bytes)}
+    model = ModelProcess(model_factory(model), limits)
+    predict_lane = _Lane(limits.max_queued, limits.max_queued_bytes)
+    train_lane = _Lane(limits.max_queued, 1)
+    backlog = _Backlog(limits.max_queued_bytes, limits.max_queued, limits.admission_wait_s)
     started = time.time()
-    counters = {"observe_requests": 0, "predict_requests": 0, "rejected_requests": 0, "busy_requests": 0}
+    counters = {"observe_requests": 0, "predict_requests": 0, "rejected_requests": 0, "busy_requests": 0,
+                "model_errors": 0}
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
+        await model.start()
         yield
-        for lane in lanes.values():
-            lane.shutdown()
+        await model.stop()
 
     app = FastAPI(title="lcr predictor", docs_url=None, redoc_url=None, lifespan=lifespan)
-    app.state.predictor = model
+    app.state.model = model
     app.state.limits = limits
 
     def reject(status: int, message: str):
         counters["rejected_requests"] += 1
         raise HTTPException(status_code=status, detail=message)
+
+    def busy(what: str):
+        counters["busy_requests"] += 1
+        raise HTTPException(status_code=503, detail=f"{what}; retry later", headers={"Retry-After": "1"})
 
     def check_token(request: Request) -> None:
         if token is None:
@@ -218,7 +245,8 @@ def create_app(predictor: "LightGBMPredictor | None" = None, token: "str | None"
             reject(413, f"body of {declared} bytes is over the {limits.max_body_bytes}-byte limit")
         return int(declared)
 
-    async def read_body(request: Request) -> bytes:
+    async def read_body(request: Request, decode) -> bytearray:
+        """The body, checked by ``decode`` (bad input is 400)."""
         body = bytearray()
 
         async def collect():
@@ -230,69 +258,113 @@ def create_app(predictor: "LightGBMPredictor | None" = None, token: "str | None"
             await asyncio.wait_for(collect(), limits.body_timeout_s)
         except asyncio.TimeoutError:
             reject(408, f"body not received within {limits.body_timeout_s:g} s")
-        return bytes(body)
-
-    def admit(lane_name: str, nbytes: int) -> _Lane:
-        lane = lanes[lane_name]
         try:
-            lane.admit(nbytes)
-        except Busy:
-            counters["busy_requests"] += 1
-            raise HTTPException(status_code=503, detail=f"{lane_name} queue is full; retry later",
-                                headers={"Retry-After": "1"}) from None
-        return lane
+            decode(body)
+        except LcrInputError as err:
+            reject(400, str(err))
+        return body
 
-    async def on_lane(lane_name: str, request: Request, decode, work, wait: bool = True):
-        """Admit (or 503), read the body, ``decode`` it here (cheap views; bad input is
-        400), then run ``work(decoded)`` on the lane's thread. With ``wait=False`` the
-        answer is ``decoded`` as soon as the work is queued."""
-        nbytes = declared_length(request)
-        lane = admit(lane_name, nbytes)
+    def settled(future) -> None:
+        """A batch nobody awaits has been processed: count a failure (and retrieve it)."""
+        if not future.cancelled() and isinstance(future.exception(), ModelFailed):
+            counters["model_errors"] += 1
+
+    def check_model():
+        if not model.alive:
+            busy(model.exited)
+
+    async def answer_of(future):
         try:
-            decoded = decode(await read_body(request))
-            future = lane.start(work, decoded)
-        except BaseException as err:
-            lane.release(nbytes)
-            if isinstance(err, LcrInputError):
-                reject(400, str(err))
-            raise
-        future.add_done_callback(lambda done: lane.finished(done, nbytes))
-        return await future if wait else decoded
+            return await future
+        except ModelGone as err:
+            busy(str(err))
+        except ModelFailed as err:
+            counters["model_errors"] += 1
+            raise HTTPException(status_code=500, detail=str(err)) from None
 
     guarded = [Depends(check_token)]
 
     @app.post("/observe", dependencies=guarded)
     async def observe(request: Request):
-        # Answered once the body is read, checked and queued: the model catches up on
-        # the observe lane, so a client's deadline never waits for a large batch.
-        keys, _ = await on_lane("observe", request, decode_observations,
-                                lambda observations: host.observe(*observations), wait=False)
+        # Answered once the batch is checked and handed to the model process; the
+        # backlog's room comes back as the model reports its progress.
+        nbytes = declared_length(request)
+        check_model()
+        try:
+            await backlog.admit(nbytes)
+        except Busy:
+            busy("observe backlog is full")
+        taken = 0  # bytes of this batch the model has taken in (released from the backlog)
+        try:
+            body = await read_body(request, decode_observations)
+            check_model()
+        except BaseException:
+            backlog.release(nbytes, done=True)
+            raise
+        backlog.release(nbytes - len(body))  # the reservation was Content-Length or the limit
+        if not body:
+            backlog.release(0, done=True)
+            return {"observed": 0}
+        n = len(body) // 16
+
+        def progress(done: int) -> None:
+            nonlocal taken
+            backlog.release(16 * done - taken)
+            taken = 16 * done
+
+        future = model.request(OBSERVE, body, on_progress=progress)
+        future.add_done_callback(lambda done: (backlog.release(len(body) - taken, done=True), settled(done)))
         counters["observe_requests"] += 1
-        return {"observed": len(keys)}
+        return {"observed": n}
 
     @app.post("/predict", dependencies=guarded)
     async def predict(request: Request, now: int):
-        answer = await on_lane("predict", request, decode_keys, lambda keys: host.predict(keys, now))
+        if not -(1 << 63) <= now < (1 << 63):
+            reject(422, f"now={now} is not a 64-bit time")
+        nbytes = declared_length(request)
+        check_model()
+        try:
+            predict_lane.admit(nbytes)
+        except Busy:
+            busy("predict queue is full")
+        try:
+            body = await read_body(request, decode_keys)
+            check_model()
+            future = model.request(PREDICT, INT64.type(now).tobytes(), body)
+        except BaseException:
+            predict_lane.release(nbytes)
+            raise
+        future.add_done_callback(lambda _: predict_lane.release(nbytes))  # not before the model is done
+        answer = await answer_of(future)
         counters["predict_requests"] += 1
-        return Response(answer, media_type=CONTENT_TYPE)
+        return Response(bytes(answer), media_type=CONTENT_TYPE)
 
     @app.post("/train", dependencies=guarded)
     async def train():
-        lane = admit("observe", 0)  # after the queued observations; one fit at a time
-        future = lane.start(host.train)
-        future.add_done_callback(lambda done: lane.finished(done, 0))
-        return await future
+        check_model()
+        try:
+            train_lane.admit(0)  # runs after the observations handed over before it
+        except Busy:
+            busy("train queue is full")
+        future = model.request(TRAIN)
+        future.add_done_callback(lambda _: train_lane.release(0))
+        answer = json.loads(await answer_of(future))
+        model.status["model_version"] = answer["model_version"]
+        return answer
 
     @app.get("/health")
     async def health():
-        return {"status": "ok", "model_version": model.model_version, "keys": len(model.features)}
+        if not model.alive:
+            return JSONResponse({"status": "down", "detail": model.exited}, status_code=503)
+        return {"status": "ok", "model_version": model.status["model_version"], "keys": model.status["keys"]}
 
     @app.get("/metrics", dependencies=guarded)
     async def metrics():
-        queues = {f"{name}_queued": lane.queued for name, lane in lanes.items()}
-        return {**model.metrics, **counters, **host.counters, **queues,
-                "model_version": model.model_version, "keys": len(model.features),
-                "max_keys": limits.max_keys, "uptime_s": time.time() - started}
+        queues = {"observe_queued": backlog.queued, "observe_queued_bytes": backlog.queued_bytes,
+                  "observe_waiting": backlog.waiting, "predict_queued": predict_lane.queued,
+                  "train_queued": train_lane.queued}
+        return {**model.status, **counters, **queues, "max_keys": limits.max_keys,
+                "uptime_s": time.time() - started, "front_pid": os.getpid(), "model_alive": model.alive}
 
     return app
 
@@ -359,4 +431,4 @@ def bind_warning(host: str, token: "str | None", tls: bool) -> "str | None":
             + " (see docs/predictor.md, 'Service')")
 
 
-__all__ = ["Busy", "ModelHost", "ServiceLimits", "bind_warning", "create_app", "server_config"]
+__all__ = ["Busy", "ModelHost", "ServiceLimits", "bind_warning", "create_app", "model_factory", "server_config"]
