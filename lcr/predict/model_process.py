@@ -155,6 +155,8 @@ def _handle(channel: _Channel, host: ModelHost) -> None:
                 answer = host.predict(decode_keys(memoryview(payload)[8:]), now)
             else:
                 raise LcrInputError(f"unknown request kind {kind}")
+        except OSError:  # the front went away mid-request
+            raise
         except Exception as err:  # the service stays up; the front answers 500
             log.exception("predictor model failed")
             channel.send(request, FAILED, f"{type(err).__name__}: {err}".encode())

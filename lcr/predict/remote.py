@@ -38,7 +38,7 @@ import numpy as np
 
 from lcr.errors import LcrInputError
 from lcr.predict.base import Predictor
-from lcr.predict.http_client import CallFailed, ConnectFailed, ConnectionPool, Endpoint
+from lcr.predict.http_client import CallFailed, ConnectFailed, ConnectionPool, ConnectTimeout, Endpoint
 from lcr.predict.lightgbm_model import validate_keys
 from lcr.predict.wire import CONTENT_TYPE, decode_predictions, encode_int64, encode_observations
 
@@ -54,6 +54,10 @@ class ServiceUnavailable(Exception):
 
 class ServiceDown(ServiceUnavailable):
     """A replica could not be reached at all."""
+
+
+class NotAccepted(ServiceUnavailable):
+    """A replica did not accept the connection in time: too slow, and nothing was sent."""
 
 
 class ServiceBusy(Exception):
@@ -198,7 +202,6 @@ class RemotePredictor(Predictor):
             keys = np.array(self._keys, dtype=np.int64)
             times = np.array(self._times, dtype=np.int64)
             self._keys, self._times = [], []
-        deadline = time.monotonic() + self.observe_deadline_s
         owners = self.ring.owners_of(keys, self._live())
         dropped = int(np.count_nonzero(owners < 0))
         for index in np.unique(owners[owners >= 0]).tolist():
@@ -206,9 +209,10 @@ class RemotePredictor(Predictor):
             for begin in range(0, len(mine), MAX_OBSERVATIONS_PER_REQUEST):
                 part = mine[begin:begin + MAX_OBSERVATIONS_PER_REQUEST]
                 try:
-                    self._post(index, "/observe", encode_observations(keys[part], times[part]), deadline)
+                    self._post(index, "/observe", encode_observations(keys[part], times[part]),
+                               time.monotonic() + self.observe_deadline_s)
                     self._count("sent_observations", len(part))
-                except ServiceBusy as err:  # alive but full: keep them for the next flush
+                except (ServiceBusy, NotAccepted) as err:  # full, or nothing sent: keep them for the next flush
                     self._requeue(keys[mine[begin:]], times[mine[begin:]])
                     self._fall_back(index, err)
                     break
@@ -273,6 +277,8 @@ class RemotePredictor(Predictor):
         except ConnectFailed as err:
             replica.down_until = time.monotonic() + self.retry_after_s
             raise ServiceDown(str(err)) from None
+        except ConnectTimeout as err:
+            raise NotAccepted(str(err)) from None
         except CallFailed as err:
             raise ServiceUnavailable(str(err)) from None
         if status == 503:
