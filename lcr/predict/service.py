@@ -37,24 +37,28 @@ Protection (every limit in ``ServiceLimits``):
 - If the model process dies, ``/health`` answers 503 (a supervisor restarts the
   service) and model requests 503 (clients fall back to LRU).
 """
-# No `from __future__ import annotations`: FastAPI reads the route annotations, which
-# name classes imported lazily inside create_app.
+from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import functools
 import hmac
 import json
+import logging
 import os
+import re
 import time
+import types
 from dataclasses import dataclass
+from urllib.parse import parse_qs
 
 from lcr.errors import LcrInputError
 from lcr.predict.lightgbm_model import LightGBMConfig, LightGBMPredictor
 from lcr.predict.model_process import (OBSERVE, PREDICT, TRAIN, ModelFailed, ModelGone, ModelHost,
                                        ModelProcess)
 from lcr.predict.wire import CONTENT_TYPE, INT64, decode_keys, decode_observations
+
+log = logging.getLogger(__name__)
 
 DEFAULT_MAX_BODY = 16 << 20  # 1M observations or 2M keys per request
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -180,198 +184,257 @@ def model_factory(model) -> "functools.partial":
 
 def require_service_deps():
     try:
-        import fastapi
         import uvicorn
     except ImportError:
-        raise LcrInputError("the predictor service needs FastAPI and uvicorn: pip install 'lcr[service]'") from None
-    return fastapi, uvicorn
+        raise LcrInputError("the predictor service needs uvicorn: pip install 'lcr[service]'") from None
+    return None, uvicorn
 
 
-def create_app(model=None, token: "str | None" = None, max_body_bytes: "int | None" = None,
-               limits: "ServiceLimits | None" = None):
-    """The service's ASGI app. ``model``: see ``model_factory``. The model process starts
-    with the app (lifespan startup) and stops with it."""
-    fastapi, _ = require_service_deps()
-    from fastapi import Depends, FastAPI, HTTPException, Request
-    from fastapi.responses import JSONResponse, Response
+class HttpError(Exception):
+    """An answer other than 200: ``{"detail": message}`` with ``status``."""
 
-    limits = limits or ServiceLimits()
-    if max_body_bytes is not None:
-        limits = ServiceLimits(**{**limits.__dict__, "max_body_bytes": int(max_body_bytes)})
-    model = ModelProcess(model_factory(model), limits)
-    predict_lane = _Lane(limits.max_queued, limits.max_queued_bytes)
-    train_lane = _Lane(limits.max_queued, 1)
-    backlog = _Backlog(limits.max_queued_bytes, limits.max_queued, limits.admission_wait_s)
-    started = time.time()
-    counters = {"observe_requests": 0, "predict_requests": 0, "rejected_requests": 0, "busy_requests": 0,
-                "model_errors": 0}
+    def __init__(self, status: int, detail: str, headers: tuple = ()):
+        super().__init__(detail)
+        self.status, self.detail, self.headers = status, detail, headers
 
-    @contextlib.asynccontextmanager
-    async def lifespan(app):
-        await model.start()
-        yield
-        await model.stop()
 
-    app = FastAPI(title="lcr predictor", docs_url=None, redoc_url=None, lifespan=lifespan)
-    app.state.model = model
-    app.state.limits = limits
+class _ClientGone(Exception):
+    """The client disconnected before its body arrived: nothing to answer."""
 
-    def reject(status: int, message: str):
-        counters["rejected_requests"] += 1
-        raise HTTPException(status_code=status, detail=message)
 
-    def busy(what: str):
-        counters["busy_requests"] += 1
-        raise HTTPException(status_code=503, detail=f"{what}; retry later", headers={"Retry-After": "1"})
+JSON = b"application/json"
 
-    def json_answer(value: dict):
-        # Serialised here: FastAPI's generic encoder costs more than the rest of a /health.
-        return Response(json.dumps(value).encode(), media_type="application/json")
 
-    def check_token(request: Request) -> None:
-        if token is None:
+def _json(value) -> bytes:
+    return json.dumps(value, separators=(",", ":")).encode()
+
+
+class ServiceApp:
+    """The service as a plain ASGI app (routes below). Plain ASGI, not a web framework:
+    every request costs the event loop about a third of what a framework's routing,
+    dependency and encoder layers did, and the event loop's time is what keeps
+    ``/health`` quick under load. Event loop thread only."""
+
+    def __init__(self, model, token: "str | None", limits: ServiceLimits):
+        self.limits, self.token = limits, token
+        self.model = ModelProcess(model_factory(model), limits)
+        self.state = types.SimpleNamespace(model=self.model, limits=limits)
+        self.predict_lane = _Lane(limits.max_queued, limits.max_queued_bytes)
+        self.train_lane = _Lane(limits.max_queued, 1)
+        self.backlog = _Backlog(limits.max_queued_bytes, limits.max_queued, limits.admission_wait_s)
+        self.started = time.time()
+        self.counters = {"observe_requests": 0, "predict_requests": 0, "rejected_requests": 0,
+                         "busy_requests": 0, "model_errors": 0}
+        # path -> (method, handler, needs the token)
+        self.routes = {"/observe": ("POST", self.observe, True), "/predict": ("POST", self.predict, True),
+                       "/train": ("POST", self.train, True), "/health": ("GET", self.health, False),
+                       "/metrics": ("GET", self.metrics, True)}
+
+    # -- ASGI --------------------------------------------------------------------------------
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
             return
-        given = request.headers.get("authorization", "")
-        if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
-            reject(401, "missing or wrong bearer token")
+        if scope["type"] != "http":
+            return
+        try:
+            status, body, kind, headers = 200, *(await self._route(scope, receive)), ()
+        except _ClientGone:
+            return
+        except HttpError as err:
+            if err.status not in (404, 405, 503):
+                self.counters["rejected_requests"] += 1
+            status, body, kind, headers = err.status, _json({"detail": err.detail}), JSON, err.headers
+        except Exception:
+            log.exception("predictor service request failed")
+            status, body, kind, headers = 500, b'{"detail": "internal error"}', JSON, ()
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", kind), (b"content-length", str(len(body)).encode()), *headers]})
+        await send({"type": "http.response.body", "body": body})
 
-    def declared_length(request: Request) -> int:
+    async def _lifespan(self, receive, send):
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                try:
+                    await self.model.start()
+                except Exception as err:
+                    await send({"type": "lifespan.startup.failed", "message": str(err)})
+                    return
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.model.stop()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def _route(self, scope, receive):
+        route = self.routes.get(scope["path"])
+        if route is None:
+            raise HttpError(404, "Not Found")
+        method, handler, guarded = route
+        if scope["method"] != method:
+            raise HttpError(405, "Method Not Allowed", ((b"allow", method.encode()),))
+        headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in scope["headers"]}
+        if guarded and self.token is not None:
+            given = headers.get("authorization", "")
+            if not hmac.compare_digest(given.encode(), f"Bearer {self.token}".encode()):
+                raise HttpError(401, "missing or wrong bearer token")
+        return await handler(scope, headers, receive)
+
+    # -- request parts -----------------------------------------------------------------------
+    def declared_length(self, headers: dict) -> int:
         """The body size to reserve: Content-Length, or the limit when none is given."""
-        kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        kind = headers.get("content-type", "").split(";")[0].strip().lower()
         if kind != CONTENT_TYPE:
-            reject(415, f"Content-Type must be {CONTENT_TYPE}, got {kind or 'none'!r}")
-        declared = request.headers.get("content-length")
+            raise HttpError(415, f"Content-Type must be {CONTENT_TYPE}, got {kind or 'none'!r}")
+        declared = headers.get("content-length")
+        limit = self.limits.max_body_bytes
         if declared is None:
-            return limits.max_body_bytes
+            return limit
         if not declared.isdigit():
-            reject(400, "Content-Length is not a number")
-        if int(declared) > limits.max_body_bytes:
-            reject(413, f"body of {declared} bytes is over the {limits.max_body_bytes}-byte limit")
+            raise HttpError(400, "Content-Length is not a number")
+        if int(declared) > limit:
+            raise HttpError(413, f"body of {declared} bytes is over the {limit}-byte limit")
         return int(declared)
 
-    async def read_body(request: Request, decode) -> bytearray:
+    async def read_body(self, receive, decode) -> bytearray:
         """The body, checked by ``decode`` (bad input is 400)."""
-        body = bytearray()
+        body, limit = bytearray(), self.limits.max_body_bytes
 
         async def collect():
-            async for chunk in request.stream():  # also bounds bodies sent without a length
-                body.extend(chunk)
-                if len(body) > limits.max_body_bytes:
-                    reject(413, f"body is over the {limits.max_body_bytes}-byte limit")
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    raise _ClientGone()
+                body.extend(message.get("body", b""))
+                if len(body) > limit:  # also bounds bodies sent without a length
+                    raise HttpError(413, f"body is over the {limit}-byte limit")
+                if not message.get("more_body"):
+                    return
         try:
-            await asyncio.wait_for(collect(), limits.body_timeout_s)
+            await asyncio.wait_for(collect(), self.limits.body_timeout_s)
         except asyncio.TimeoutError:
-            reject(408, f"body not received within {limits.body_timeout_s:g} s")
+            raise HttpError(408, f"body not received within {self.limits.body_timeout_s:g} s") from None
         try:
             decode(body)
         except LcrInputError as err:
-            reject(400, str(err))
+            raise HttpError(400, str(err)) from None
         return body
 
-    def settled(future) -> None:
-        """A batch nobody awaits has been processed: count a failure (and retrieve it)."""
-        if not future.cancelled() and isinstance(future.exception(), ModelFailed):
-            counters["model_errors"] += 1
+    def busy(self, what: str) -> HttpError:
+        self.counters["busy_requests"] += 1
+        return HttpError(503, f"{what}; retry later", ((b"retry-after", b"1"),))
 
-    def check_model():
-        if not model.alive:
-            busy(model.exited)
+    def check_model(self) -> None:
+        if not self.model.alive:
+            raise self.busy(self.model.exited)
 
-    async def answer_of(future):
+    async def answer_of(self, future) -> bytes:
         try:
             return await future
         except ModelGone as err:
-            busy(str(err))
+            raise self.busy(str(err)) from None
         except ModelFailed as err:
-            counters["model_errors"] += 1
-            raise HTTPException(status_code=500, detail=str(err)) from None
+            self.counters["model_errors"] += 1
+            raise HttpError(500, str(err)) from None
 
-    guarded = [Depends(check_token)]
+    def settled(self, future) -> None:
+        """A batch nobody awaits has been processed: count a failure (and retrieve it)."""
+        if not future.cancelled() and isinstance(future.exception(), ModelFailed):
+            self.counters["model_errors"] += 1
 
-    @app.post("/observe", dependencies=guarded)
-    async def observe(request: Request):
+    # -- routes ------------------------------------------------------------------------------
+    async def observe(self, scope, headers, receive):
         # Answered once the batch is checked and handed to the model process; the
         # backlog's room comes back as the model reports its progress.
-        nbytes = declared_length(request)
-        check_model()
+        nbytes = self.declared_length(headers)
+        self.check_model()
+        backlog = self.backlog
         try:
             await backlog.admit(nbytes)
         except Busy:
-            busy("observe backlog is full")
-        taken = 0  # bytes of this batch the model has taken in (released from the backlog)
+            raise self.busy("observe backlog is full") from None
         try:
-            body = await read_body(request, decode_observations)
-            check_model()
+            body = await self.read_body(receive, decode_observations)
+            self.check_model()
         except BaseException:
             backlog.release(nbytes, done=True)
             raise
         backlog.release(nbytes - len(body))  # the reservation was Content-Length or the limit
         if not body:
             backlog.release(0, done=True)
-            return json_answer({"observed": 0})
-        n = len(body) // 16
+            return _json({"observed": 0}), JSON
+        taken = 0  # bytes of this batch the model has taken in (released from the backlog)
 
         def progress(done: int) -> None:
             nonlocal taken
             backlog.release(16 * done - taken)
             taken = 16 * done
 
-        future = model.request(OBSERVE, body, on_progress=progress)
-        future.add_done_callback(lambda done: (backlog.release(len(body) - taken, done=True), settled(done)))
-        counters["observe_requests"] += 1
-        return json_answer({"observed": n})
+        future = self.model.request(OBSERVE, body, on_progress=progress)
+        future.add_done_callback(lambda done: (backlog.release(len(body) - taken, done=True), self.settled(done)))
+        self.counters["observe_requests"] += 1
+        return _json({"observed": len(body) // 16}), JSON
 
-    @app.post("/predict", dependencies=guarded)
-    async def predict(request: Request, now: int):
-        if not -(1 << 63) <= now < (1 << 63):
-            reject(422, f"now={now} is not a 64-bit time")
-        nbytes = declared_length(request)
-        check_model()
+    async def predict(self, scope, headers, receive):
+        now = parse_qs(scope["query_string"].decode("latin-1")).get("now", [""])[-1]
+        if not re.fullmatch(r"-?\d{1,19}", now) or not -(1 << 63) <= int(now) < (1 << 63):
+            raise HttpError(422, f"query parameter now must be a 64-bit integer time, got {now!r}")
+        nbytes = self.declared_length(headers)
+        self.check_model()
+        lane = self.predict_lane
         try:
-            predict_lane.admit(nbytes)
+            lane.admit(nbytes)
         except Busy:
-            busy("predict queue is full")
+            raise self.busy("predict queue is full") from None
         try:
-            body = await read_body(request, decode_keys)
-            check_model()
-            future = model.request(PREDICT, INT64.type(now).tobytes(), body)
+            body = await self.read_body(receive, decode_keys)
+            self.check_model()
+            future = self.model.request(PREDICT, INT64.type(int(now)).tobytes(), body)
         except BaseException:
-            predict_lane.release(nbytes)
+            lane.release(nbytes)
             raise
-        future.add_done_callback(lambda _: predict_lane.release(nbytes))  # not before the model is done
-        answer = await answer_of(future)
-        counters["predict_requests"] += 1
-        return Response(bytes(answer), media_type=CONTENT_TYPE)
+        future.add_done_callback(lambda _: lane.release(nbytes))  # not before the model is done
+        answer = await self.answer_of(future)
+        self.counters["predict_requests"] += 1
+        return bytes(answer), CONTENT_TYPE.encode()
 
-    @app.post("/train", dependencies=guarded)
-    async def train():
-        check_model()
+    async def train(self, scope, headers, receive):
+        self.check_model()
         try:
-            train_lane.admit(0)  # runs after the observations handed over before it
+            self.train_lane.admit(0)  # runs after the observations handed over before it
         except Busy:
-            busy("train queue is full")
-        future = model.request(TRAIN)
-        future.add_done_callback(lambda _: train_lane.release(0))
-        answer = json.loads(await answer_of(future))
-        model.status["model_version"] = answer["model_version"]
-        return answer
+            raise self.busy("train queue is full") from None
+        future = self.model.request(TRAIN)
+        future.add_done_callback(lambda _: self.train_lane.release(0))
+        answer = await self.answer_of(future)
+        self.model.status["model_version"] = json.loads(answer)["model_version"]
+        return bytes(answer), JSON
 
-    @app.get("/health")
-    async def health():
-        if not model.alive:
-            return JSONResponse({"status": "down", "detail": model.exited}, status_code=503)
-        return json_answer({"status": "ok", "model_version": model.status["model_version"],
-                            "keys": model.status["keys"]})
+    async def health(self, scope, headers, receive):
+        if not self.model.alive:
+            raise HttpError(503, f"down: {self.model.exited}")
+        status = self.model.status
+        return _json({"status": "ok", "model_version": status["model_version"], "keys": status["keys"]}), JSON
 
-    @app.get("/metrics", dependencies=guarded)
-    async def metrics():
+    async def metrics(self, scope, headers, receive):
+        backlog, lanes = self.backlog, {"predict": self.predict_lane, "train": self.train_lane}
         queues = {"observe_queued": backlog.queued, "observe_queued_bytes": backlog.queued_bytes,
-                  "observe_waiting": backlog.waiting, "predict_queued": predict_lane.queued,
-                  "train_queued": train_lane.queued}
-        return {**model.status, **counters, **queues, "max_keys": limits.max_keys,
-                "uptime_s": time.time() - started, "front_pid": os.getpid(), "model_alive": model.alive}
+                  "observe_waiting": backlog.waiting, **{f"{name}_queued": lane.queued for name, lane in lanes.items()}}
+        return _json({**self.model.status, **self.counters, **queues, "max_keys": self.limits.max_keys,
+                      "uptime_s": time.time() - self.started, "front_pid": os.getpid(),
+                      "model_alive": self.model.alive}), JSON
 
-    return app
+
+def create_app(model=None, token: "str | None" = None, max_body_bytes: "int | None" = None,
+               limits: "ServiceLimits | None" = None) -> ServiceApp:
+    """The service's ASGI app. ``model``: see ``model_factory``. The model process starts
+    with the app (lifespan startup) and stops with it."""
+    require_service_deps()
+    limits = limits or ServiceLimits()
+    if max_body_bytes is not None:
+        limits = ServiceLimits(**{**limits.__dict__, "max_body_bytes": int(max_body_bytes)})
+    return ServiceApp(model, token, limits)
 
 
 def _guarded_protocol(header_timeout_s: float):
@@ -436,4 +499,4 @@ def bind_warning(host: str, token: "str | None", tls: bool) -> "str | None":
             + " (see docs/predictor.md, 'Service')")
 
 
-__all__ = ["Busy", "ModelHost", "ServiceLimits", "bind_warning", "create_app", "model_factory", "server_config"]
+__all__ = ["Busy", "HttpError", "ModelHost", "ServiceApp", "ServiceLimits", "bind_warning", "create_app", "model_factory", "server_config"]
