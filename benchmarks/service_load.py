@@ -84,7 +84,7 @@ def start_service(port: int, max_keys: int, features: str = "full", root: Path =
     log = open(RESULTS.parent / f"service_load.{port}.log", "w+")
     proc = subprocess.Popen([sys.executable, "-m", "lcr", "serve-predictor", "--port", str(port),
                              "--max-keys", str(max_keys), "--features", features],
-                            env=env, stdout=log, stderr=subprocess.STDOUT)
+                            env=env, stdout=log, stderr=subprocess.STDOUT, cwd=root)  # -m looks in cwd first
     proc.log = log
     pool = ConnectionPool(Endpoint(f"http://127.0.0.1:{port}"))
     deadline = time.monotonic() + 120  # the model process imports LightGBM first
