@@ -491,6 +491,41 @@ def test_remote_inside_async_predictor_keeps_every_observation():
         remote.close()
 
 
+class ObserveGatedModel(LightGBMPredictor):
+    """Takes observations in only once a gate (set by the test) opens."""
+
+    def __init__(self, gate):
+        super().__init__(LightGBMConfig(background=False))
+        self.gate = gate
+
+    def observe_many(self, keys, times):
+        self.gate.wait(30)
+        super().observe_many(keys, times)
+
+
+def test_a_prediction_never_waits_for_observations():
+    gate = PROCESSES.Event()
+    with LimitedServer(functools.partial(ObserveGatedModel, gate), max_queued_bytes=160, admission_wait_s=10) as server:
+        assert post(server.url + "/observe", encode_observations(np.arange(10), np.arange(10)), token=None)[0] == 200
+        client = RemotePredictor(server.url, deadline_s=1.0, flush_interval_s=0.05)
+        for t in range(20):
+            client.observe(t, 10 + t)
+        deadline = time.monotonic() + 10
+        while get_json(server.url + "/metrics")["observe_waiting"] < 1:  # the flusher waits for room
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        for t in range(5):  # more observations waiting in the client
+            client.observe(100 + t, 30 + t)
+        start = time.monotonic()
+        assert np.isnan(client.predict([1], 40)).all()  # no model yet, but an answer
+        assert time.monotonic() - start < 1.0 and client.metrics["fallbacks"] == 0
+        gate.set()
+        client.flush()
+        wait_observed(server, 35)
+        assert client.metrics["dropped_observations"] == 0
+        client.close()
+
+
 def test_hash_ring_moves_only_the_dead_replicas_keys():
     ring = HashRing(["a", "b", "c"])
     keys = np.arange(30_000)
