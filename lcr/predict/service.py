@@ -2,7 +2,7 @@
 
 Endpoints (binary bodies: see ``lcr.predict.wire``):
 
-- ``POST /observe``  keys+times -> ``{"observed": n, "clamped": c, "rejected": r}``
+- ``POST /observe``  keys+times -> ``{"observed": n}`` once handed to the model
 - ``POST /predict?now=T``  keys -> float64 next-access times (NaN = unknown)
 - ``POST /train``  fit now on the current window -> ``{"fitted": bool, "model_version": v}``
 - ``GET /health``  liveness and model version (no token needed)
