@@ -122,7 +122,10 @@ def bench_service(repeats: int) -> dict:
     from lcr.predict.remote import RemotePredictor, ServiceBusy
     from lcr.predict.service import create_app
 
-    model = trained_model(LightGBMConfig(background=False, retrain_every=10**9), 50_000, 10_000)
+    import functools
+
+    # Built (and trained) in the service's model process.
+    model = functools.partial(trained_model, LightGBMConfig(background=False, retrain_every=10**9), 50_000, 10_000)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

@@ -12,8 +12,10 @@ also sends a 16 MiB ``/observe`` (1M observations) whenever the previous one is 
 the service always has one in flight. With ``--async-client`` one more client drives an
 ``AsyncPredictor(RemotePredictor)`` like a cache does and reports its dropped observations.
 
-The service runs as a separate ``lcr serve-predictor`` process (its RSS is read from
-/proc). Writes benchmarks/results/service_load.json.
+The service runs as a separate ``lcr serve-predictor`` process; its RSS (front plus model
+process, from /proc) and the machine's load average are sampled every second. On a shared
+machine, ``--nice-clients 10`` runs the load generators (clients, probe, big sender, async
+client) at a lower priority than the service. Writes benchmarks/results/service_load.json.
 """
 from __future__ import annotations
 
@@ -46,24 +48,46 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def rss_mb(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:  # Linux only
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
+def rss_mb(*pids: int) -> float:
+    """Resident memory of these processes together (Linux /proc)."""
+    total = 0.0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                total += next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
+        except (OSError, StopIteration):
+            return float("nan")
+    return total
 
 
-def start_service(port: int, max_keys: int, features: str = "full") -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process has used so far (Linux /proc)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except OSError:
+        return float("nan")
+
+
+def service_pids(url: str, pid: int) -> tuple[int, int]:
+    """The front's pid and its model process's pid."""
+    pool = ConnectionPool(Endpoint(url), size=1)
+    metrics = json.loads(pool.call("GET", "/metrics", {}, b"", time.monotonic() + 30)[1])
+    pool.close()
+    return (pid, metrics["model_pid"]) if "model_pid" in metrics else (pid,)  # older services: one process
+
+
+def start_service(port: int, max_keys: int, features: str = "full", root: Path = ROOT) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(root)}
     # The service's log goes to a file: an unread pipe would fill up and block it.
     log = open(RESULTS.parent / f"service_load.{port}.log", "w+")
     proc = subprocess.Popen([sys.executable, "-m", "lcr", "serve-predictor", "--port", str(port),
                              "--max-keys", str(max_keys), "--features", features],
-                            env=env, stdout=log, stderr=subprocess.STDOUT)
+                            env=env, stdout=log, stderr=subprocess.STDOUT, cwd=root)  # -m looks in cwd first
     proc.log = log
     pool = ConnectionPool(Endpoint(f"http://127.0.0.1:{port}"))
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 120  # the model process imports LightGBM first
     while True:
         try:
             if pool.call("GET", "/health", {}, b"", time.monotonic() + 1)[0] == 200:
@@ -185,22 +209,29 @@ def run_async(url: str, stop_at: float, rate: float) -> dict:
 
 
 def run_config(url: str, pid: int, clients: int, mode: str, duration: float, big: bool, async_client: bool,
-               processes: int, async_rate: float = 5000.0) -> dict:
+               processes: int, async_rate: float = 5000.0, nice_clients: int = 0) -> dict:
     from concurrent.futures import ProcessPoolExecutor
 
-    stop_at = time.monotonic() + duration
+    pids = service_pids(url, pid)
     groups = [list(range(clients))[i::processes] for i in range(min(processes, clients))]
-    rss = [rss_mb(pid)]
-    with ProcessPoolExecutor(max_workers=len(groups) + 3) as pool:
-        futures = [pool.submit(run_clients, url, g, mode, stop_at) for g in groups]
-        futures.append(pool.submit(run_probe, url, stop_at))
+    rss, load = [rss_mb(*pids)], [os.getloadavg()[0]]
+    cpu = [cpu_seconds(p) for p in pids]
+    # The load (clients, the big sender) may run niced; the probe and the async client
+    # measure, so they run at normal priority, as the service does.
+    with ProcessPoolExecutor(max_workers=len(groups) + 1, initializer=os.nice, initargs=(nice_clients,)) as load_pool, \
+            ProcessPoolExecutor(max_workers=2) as measure_pool:
+        stop_at = time.monotonic() + duration
+        futures = [load_pool.submit(run_clients, url, g, mode, stop_at) for g in groups]
+        futures.append(measure_pool.submit(run_probe, url, stop_at))
         if big:
-            futures.append(pool.submit(run_big, url, stop_at))
+            futures.append(load_pool.submit(run_big, url, stop_at))
         if async_client:
-            futures.append(pool.submit(run_async, url, stop_at, async_rate))
+            futures.append(measure_pool.submit(run_async, url, stop_at, async_rate))
         while time.monotonic() < stop_at:
             time.sleep(1.0)
-            rss.append(rss_mb(pid))
+            rss.append(rss_mb(*pids))
+            load.append(os.getloadavg()[0])
+        cpu = [(cpu_seconds(p) - used) / duration for p, used in zip(pids, cpu)]
         parts = [f.result() for f in futures]
     latencies = [x for p in parts for x in p.get("latencies", [])]
     health = [x for p in parts for x in p.get("health", [])]
@@ -213,10 +244,42 @@ def run_config(url: str, pid: int, clients: int, mode: str, duration: float, big
            "big_requests_sent": sum(p.get("big_sent", 0) for p in parts),
            "health_samples": len(health), "health_p50_ms": percentile_ms(health, 50),
            "health_p99_ms": percentile_ms(health, 99), "health_max_ms": max(health) * 1e3 if health else None,
-           "rss_mb_start": rss[0], "rss_mb_max": max(rss), "rss_mb_end": rss[-1], "rss_mb_series": rss}
+           "rss_mb_start": rss[0], "rss_mb_max": max(rss), "rss_mb_end": rss[-1], "rss_mb_series": rss,
+           "load_avg_1m_mean": float(np.mean(load)), "load_avg_1m_max": max(load), "nice_clients": nice_clients,
+           "front_cpu_share": cpu[0], "model_cpu_share": cpu[1] if len(cpu) > 1 else float("nan")}
     for p in parts:
         if "async_client" in p:
             row["async_client"] = p["async_client"]
+    return row
+
+
+def run_one(args, root: Path, clients: int, mode: str, repeat: int) -> dict:
+    port = free_port()
+    service = start_service(port, args.max_keys, args.features, root)  # a fresh service per configuration
+    try:
+        row = run_config(f"http://127.0.0.1:{port}", service.pid, clients, mode, args.duration,
+                         args.big, args.async_client, args.processes, args.async_rate, args.nice_clients)
+    finally:
+        service.terminate()
+        try:
+            service.wait(10)
+        except subprocess.TimeoutExpired:  # still busy with a 16 MiB batch
+            service.kill()
+            service.wait(10)
+        service.log.close()
+        os.unlink(service.log.name)
+    row.update(service_root=str(root), repeat=repeat)
+    extra = ""
+    if "async_client" in row:
+        a = row["async_client"]
+        extra = f" async: {a['dropped_observations']}/{a['observed']} dropped ({a['dropped_share']:.3%})"
+    print(f"{clients:>3} clients {mode:>5} [{root.name}]: {row['rounds_per_s']:8.1f} rounds/s  predict p50 "
+          f"{row['predict_p50_ms']:6.1f} ms p99 {row['predict_p99_ms']:7.1f} ms  errors {row['errors']} "
+          f"503s {row['busy_503']}  /health p50 {row['health_p50_ms']:.1f} p99 {row['health_p99_ms']:.1f} "
+          f"max {row['health_max_ms']:.1f} ms  RSS {row['rss_mb_start']:.0f}->{row['rss_mb_max']:.0f}"
+          f"->{row['rss_mb_end']:.0f} MB  big sent {row['big_requests_sent']}  load "
+          f"{row['load_avg_1m_mean']:.1f} (max {row['load_avg_1m_max']:.1f})  CPU front "
+          f"{row['front_cpu_share']:.0%} model {row['model_cpu_share']:.0%}{extra}", flush=True)
     return row
 
 
@@ -231,37 +294,23 @@ def main() -> int:
     parser.add_argument("--async-rate", type=float, default=5000.0, help="accesses/s of the async client")
     parser.add_argument("--processes", type=int, default=4, help="client processes (clients spread over them)")
     parser.add_argument("--features", choices=("full", "compact"), default="full", help="the service's feature layout")
+    parser.add_argument("--service-root", action="append", type=Path,
+                        help="run the service from this source tree (repeat to compare trees, alternating)")
+    parser.add_argument("--repeats", type=int, default=1, help="runs of each configuration")
+    parser.add_argument("--nice-clients", type=int, default=0,
+                        help="niceness of the load-generating processes (the service keeps its own)")
     parser.add_argument("--out", default=str(RESULTS))
     args = parser.parse_args()
     rows = []
+    roots = args.service_root or [ROOT]
     for mode in args.modes.split(","):
         for clients in (int(c) for c in args.clients.split(",")):
-            port = free_port()
-            service = start_service(port, args.max_keys, args.features)  # a fresh service per configuration
-            try:
-                row = run_config(f"http://127.0.0.1:{port}", service.pid, clients, mode, args.duration,
-                                 args.big, args.async_client, args.processes, args.async_rate)
-            finally:
-                service.terminate()
-                try:
-                    service.wait(10)
-                except subprocess.TimeoutExpired:  # still busy with a 16 MiB batch
-                    service.kill()
-                    service.wait(10)
-                service.log.close()
-                os.unlink(service.log.name)
-            rows.append(row)
-            extra = ""
-            if "async_client" in row:
-                a = row["async_client"]
-                extra = f" async: {a['dropped_observations']}/{a['observed']} dropped ({a['dropped_share']:.3%})"
-            print(f"{clients:>3} clients {mode:>5}: {row['rounds_per_s']:8.1f} rounds/s  predict p50 "
-                  f"{row['predict_p50_ms']:6.1f} ms p99 {row['predict_p99_ms']:7.1f} ms  errors {row['errors']} "
-                  f"503s {row['busy_503']}  /health p50 {row['health_p50_ms']:.1f} p99 {row['health_p99_ms']:.1f} "
-                  f"max {row['health_max_ms']:.1f} ms  RSS {row['rss_mb_start']:.0f}->{row['rss_mb_max']:.0f}"
-                  f"->{row['rss_mb_end']:.0f} MB  big sent {row['big_requests_sent']}{extra}", flush=True)
+            for repeat in range(args.repeats):
+                for root in roots:  # alternating, so the trees see the same machine load
+                    rows.append(run_one(args, root, clients, mode, repeat))
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps({"args": vars(args), "cpu_count": os.cpu_count(), "runs": rows}, indent=1))
+    Path(args.out).write_text(json.dumps({"args": vars(args), "cpu_count": os.cpu_count(), "runs": rows}, indent=1,
+                                         default=str))
     print(f"wrote {args.out}")
     return 0
 

@@ -1,7 +1,12 @@
 """The predictor service on a real uvicorn server, and the RemotePredictor's fallback."""
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
+import multiprocessing
+import os
+import signal
 import socket
 import threading
 import time
@@ -22,6 +27,7 @@ from lcr.predict.service import create_app, server_config  # noqa: E402
 from lcr.predict.wire import encode_int64, encode_observations  # noqa: E402
 
 TOKEN = "test-token"
+PROCESSES = multiprocessing.get_context("forkserver")  # the service's model processes start this way
 
 
 def free_port() -> int:
@@ -38,7 +44,7 @@ class ServerThread:
 
     def __enter__(self):
         self.thread.start()
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 60  # the first model process imports LightGBM
         while not self.server.started:
             assert time.monotonic() < deadline, "server did not start"
             time.sleep(0.01)
@@ -58,8 +64,7 @@ class ServerThread:
 
 @pytest.fixture
 def service():
-    model = LightGBMPredictor(LightGBMConfig(background=False, retrain_every=10**9, window=4000, min_samples=200,
-                                             min_data_in_leaf=5))
+    model = LightGBMConfig(background=False, retrain_every=10**9, window=4000, min_samples=200, min_data_in_leaf=5)
     with ServerThread(create_app(model, token=TOKEN, max_body_bytes=1 << 16)) as server:
         yield server
 
@@ -126,8 +131,7 @@ def test_client_rejects_bad_shapes_and_nan_before_sending(service):
 
 
 def test_killed_service_falls_back_within_the_deadline(caplog):
-    model = LightGBMPredictor(LightGBMConfig(background=False))
-    server = ServerThread(create_app(model)).__enter__()
+    server = ServerThread(create_app(LightGBMConfig(background=False))).__enter__()
     client = RemotePredictor(server.url, deadline_s=0.2, retry_after_s=0.0)
     assert np.isnan(client.predict([1, 2], 0)).all() and client.metrics["fallbacks"] == 0
     server.stop()
@@ -184,7 +188,7 @@ from lcr.predict.service import ServiceLimits  # noqa: E402
 def small_model(**overrides):
     settings = dict(background=False, retrain_every=10**9, window=4000, min_data_in_leaf=5)
     settings.update(overrides)
-    return LightGBMPredictor(LightGBMConfig(**settings))
+    return LightGBMConfig(**settings)
 
 
 def get_json(url):
@@ -195,11 +199,10 @@ def get_json(url):
 
 def wait_observed(server, count, timeout=60.0):
     """Observations are answered once queued; wait until the model has taken them."""
-    model = server.app.state.predictor
     deadline = time.monotonic() + timeout
-    while model.metrics["observed"] < count:
-        assert time.monotonic() < deadline, f"model saw {model.metrics['observed']} of {count}; {get_json(server.url + '/metrics')}"
-        time.sleep(0.01)
+    while (metrics := get_json(server.url + "/metrics"))["observed"] < count:
+        assert time.monotonic() < deadline, f"model saw {metrics['observed']} of {count}; {metrics}"
+        time.sleep(0.02)
 
 
 class LimitedServer(ServerThread):
@@ -208,33 +211,47 @@ class LimitedServer(ServerThread):
         super().__init__(self.app)
 
 
+class LastTimeModel(LightGBMPredictor):
+    """Predicts each key's latest accepted access time (NaN if not tracked): the service's
+    time and key-cap rules, seen through /predict (the model lives in another process)."""
+
+    def predict(self, keys, now):
+        slots = self.features.slots(np.asarray(keys))
+        out = np.full(len(slots), np.nan)
+        out[slots >= 0] = self.features.last_times(slots[slots >= 0])
+        return out
+
+
+def latest_times(server, keys):
+    status, body = post(server.url + "/predict?now=0", encode_int64(keys), token=None)
+    assert status == 200
+    return np.frombuffer(body, dtype="<f8")
+
+
 def test_key_cap_forgets_the_least_recently_seen_keys():
-    with LimitedServer(max_keys=100, evict_fraction=0.5) as server:
+    with LimitedServer(functools.partial(LastTimeModel, small_model()), max_keys=100, evict_fraction=0.5) as server:
         keys = np.arange(1000, 1130)
         assert post(server.url + "/observe", encode_observations(keys, np.arange(130)), token=None)[0] == 200
         wait_observed(server, 130)
-        deadline = time.monotonic() + 5
-        while get_json(server.url + "/metrics")["keys_evicted"] == 0:
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
-        features = server.app.state.predictor.features
         # 130 > 100 keys: one sweep keeps the 50 newest.
-        assert sorted(k for k in range(1000, 1130) if k in features) == list(range(1080, 1130))
-        metrics = get_json(server.url + "/metrics")
+        assert np.flatnonzero(~np.isnan(latest_times(server, keys))).tolist() == list(range(80, 130))
+        deadline = time.monotonic() + 5
+        while (metrics := get_json(server.url + "/metrics"))["keys_evicted"] == 0:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
         assert metrics["keys_evicted"] == 80 and metrics["keys"] == 50
 
 
 def test_times_are_clamped_to_the_newest_and_bad_ones_dropped():
-    with LimitedServer(max_time_jump=1000) as server:
+    with LimitedServer(functools.partial(LastTimeModel, small_model()), max_time_jump=1000) as server:
         body = encode_observations([1, 2, 1, 3, 4], [500, 600, 100, -7, 600 + 1001])
         assert post(server.url + "/observe", body, token=None)[0] == 200
         wait_observed(server, 3)
         metrics = get_json(server.url + "/metrics")
         assert metrics["times_clamped"] == 1 and metrics["times_rejected"] == 2
-        features = server.app.state.predictor.features
-        assert 3 not in features and 4 not in features
-        # Key 1's second access (sent as t=100) was clamped to 600: its time never goes back.
-        assert features.last_times(np.array([features.slot_of(1)]))[0] == 600
+        # Key 1's second access (sent as t=100) was clamped to 600: its time never goes back;
+        # keys 3 (t < 0) and 4 (too far ahead) were never taken in.
+        np.testing.assert_array_equal(latest_times(server, [1, 2, 3, 4]), [600, 600, np.nan, np.nan])
 
 
 def test_wrong_content_type_is_refused():
@@ -244,15 +261,16 @@ def test_wrong_content_type_is_refused():
         with pytest.raises(urllib.error.HTTPError) as err:
             urllib.request.urlopen(request, timeout=5)
         assert err.value.code == 415
-        assert server.app.state.predictor.metrics["observed"] == 0
+        assert get_json(server.url + "/metrics")["observe_requests"] == 0
 
 
 class BlockingModel(LightGBMPredictor):
-    """predict waits for a gate: a lane stays busy as long as a test wants."""
+    """predict waits for a gate (set by the test, in another process): a lane stays busy
+    as long as a test wants."""
 
-    def __init__(self):
+    def __init__(self, gate):
         super().__init__(LightGBMConfig(background=False))
-        self.gate = threading.Event()
+        self.gate = gate
 
     def predict(self, keys, now):
         self.gate.wait(10)
@@ -260,8 +278,8 @@ class BlockingModel(LightGBMPredictor):
 
 
 def test_full_lane_answers_503_and_health_stays_up():
-    model = BlockingModel()
-    with LimitedServer(model, max_queued=2) as server:
+    gate = PROCESSES.Event()
+    with LimitedServer(functools.partial(BlockingModel, gate), max_queued=2) as server:
         results = []
         threads = [threading.Thread(target=lambda: results.append(post(server.url + "/predict?now=0",
                                                                           encode_int64([1]), token=None)))
@@ -276,7 +294,7 @@ def test_full_lane_answers_503_and_health_stays_up():
         assert status == 503 and b"queue is full" in text
         assert get_json(server.url + "/health")["status"] == "ok"  # the event loop is free
         assert post(server.url + "/observe", encode_observations([5], [5]), token=None)[0] == 200
-        model.gate.set()
+        gate.set()
         for thread in threads:
             thread.join(10)
         assert [status for status, _ in results] == [200, 200]
@@ -287,10 +305,95 @@ def test_health_answers_while_a_large_observe_is_processed():
         n = 150_000
         body = encode_observations(np.arange(n), np.arange(n))
         assert post(server.url + "/observe", body, token=None)[0] == 200  # queued, not done
-        model = server.app.state.predictor
         health = get_json(server.url + "/health")
-        assert health["status"] == "ok" and model.metrics["observed"] < n
+        assert health["status"] == "ok" and get_json(server.url + "/metrics")["observed"] < n
         wait_observed(server, n, timeout=60)
+
+
+class GilHoggingModel(LightGBMPredictor):
+    """``observe_many`` holds the GIL for ``seconds`` in one C call, as a long numpy or
+    Python-loop step of the model can; ``started``/``finished`` tell the test when."""
+
+    def __init__(self, config, started, finished, seconds=3.0):
+        super().__init__(config)
+        self.started, self.finished, self.seconds = started, finished, seconds
+
+    def observe_many(self, keys, times):
+        begin = time.perf_counter()
+        sum(range(1_000_000))
+        calls = int(1_000_000 * self.seconds / max(time.perf_counter() - begin, 1e-4))
+        self.started.set()
+        sum(range(calls))  # one C call: no thread of this process runs Python meanwhile
+        self.finished.set()
+
+
+def test_model_work_never_holds_up_the_event_loop():
+    started, finished = PROCESSES.Event(), PROCESSES.Event()
+    model = functools.partial(GilHoggingModel, small_model(), started, finished)
+    with LimitedServer(model) as server:
+        metrics = get_json(server.url + "/metrics")
+        assert metrics["model_pid"] != metrics["front_pid"] == os.getpid()  # the model has its own process
+        assert post(server.url + "/observe", encode_observations([1], [1]), token=None)[0] == 200
+        assert started.wait(30)
+        begin = time.monotonic()
+        assert get_json(server.url + "/health")["status"] == "ok"
+        assert get_json(server.url + "/metrics")["observe_queued"] == 1
+        elapsed = time.monotonic() - begin
+        assert not finished.is_set(), "the health check waited for the model"
+        assert elapsed < 1.0, elapsed
+
+
+def test_a_dead_model_process_turns_health_and_model_requests_to_503():
+    with LimitedServer() as server:
+        os.kill(get_json(server.url + "/metrics")["model_pid"], signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                get_json(server.url + "/health")
+            except urllib.error.HTTPError as err:
+                assert err.code == 503 and b"model process exited" in err.read()
+                break
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        assert post(server.url + "/predict?now=0", encode_int64([1]), token=None)[0] == 503
+        assert post(server.url + "/observe", encode_observations([1], [1]), token=None)[0] == 503
+        client = RemotePredictor(server.url, deadline_s=1.0)
+        assert np.isnan(client.predict([1], 0)).all() and client.metrics["busy"] == 1
+        client.close()
+
+
+def test_observe_admission_waits_in_arrival_order_then_refuses():
+    from lcr.predict.service import Busy, _Backlog
+
+    async def scenario():
+        backlog = _Backlog(max_bytes=100, max_waiting=2, wait_s=0.3)
+        await backlog.admit(80)  # room: admitted at once
+        order = []
+
+        async def waiter(name, nbytes):
+            try:
+                await backlog.admit(nbytes)
+                order.append(name)
+            except Busy:
+                order.append(f"{name} refused")
+
+        first = asyncio.create_task(waiter("big", 60))
+        await asyncio.sleep(0.01)
+        second = asyncio.create_task(waiter("small", 10))  # would fit now, but "big" came first
+        await asyncio.sleep(0.01)
+        with pytest.raises(Busy):  # two already wait
+            await backlog.admit(1)
+        assert order == [] and backlog.waiting == 2
+        backlog.release(80, done=True)  # the model took the first batch in
+        await asyncio.gather(first, second)
+        assert order == ["big", "small"] and backlog.queued_bytes == 70
+        await waiter("late", 50)  # no room within wait_s: refused
+        assert order[-1] == "late refused" and backlog.waiting == 0
+        backlog.release(70, done=True)
+        await waiter("after", 100)  # a refused waiter left nothing behind
+        assert order[-1] == "after"
+
+    asyncio.run(scenario())
 
 
 def test_slow_headers_and_bodies_are_cut_off():
@@ -370,7 +473,7 @@ def test_stale_keep_alive_reconnects_without_an_outage():
 
 def test_remote_inside_async_predictor_keeps_every_observation():
     with LimitedServer() as server:
-        remote = RemotePredictor(server.url, deadline_s=1.0, flush_every=256)
+        remote = RemotePredictor(server.url, deadline_s=2.0, flush_every=256)
         predictor = AsyncPredictor(remote, AsyncConfig(max_pending=512))
         rng = np.random.default_rng(0)
         keys = rng.zipf(1.2, 20_000) % 5000
@@ -381,10 +484,46 @@ def test_remote_inside_async_predictor_keeps_every_observation():
         assert predictor.drain(10)
         remote.flush()
         wait_observed(server, len(keys))
-        assert remote.metrics["dropped_observations"] == 0 and remote.metrics["fallbacks"] == 0
+        # A prediction may miss its deadline on a loaded machine (NaN, counted); no observation is lost.
+        assert remote.metrics["dropped_observations"] == 0 and remote.metrics["sent_observations"] == len(keys)
         assert predictor.metrics["errors"] == 0 and sum(got) > 0
         predictor.close()
         remote.close()
+
+
+class ObserveGatedModel(LightGBMPredictor):
+    """Takes observations in only once a gate (set by the test) opens."""
+
+    def __init__(self, gate):
+        super().__init__(LightGBMConfig(background=False))
+        self.gate = gate
+
+    def observe_many(self, keys, times):
+        self.gate.wait(30)
+        super().observe_many(keys, times)
+
+
+def test_a_prediction_never_waits_for_observations():
+    gate = PROCESSES.Event()
+    with LimitedServer(functools.partial(ObserveGatedModel, gate), max_queued_bytes=160, admission_wait_s=10) as server:
+        assert post(server.url + "/observe", encode_observations(np.arange(10), np.arange(10)), token=None)[0] == 200
+        client = RemotePredictor(server.url, deadline_s=1.0, flush_interval_s=0.05)
+        for t in range(20):
+            client.observe(t, 10 + t)
+        deadline = time.monotonic() + 10
+        while get_json(server.url + "/metrics")["observe_waiting"] < 1:  # the flusher waits for room
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        for t in range(5):  # more observations waiting in the client
+            client.observe(100 + t, 30 + t)
+        start = time.monotonic()
+        assert np.isnan(client.predict([1], 40)).all()  # no model yet, but an answer
+        assert time.monotonic() - start < 1.0 and client.metrics["fallbacks"] == 0
+        gate.set()
+        client.flush()
+        wait_observed(server, 35)
+        assert client.metrics["dropped_observations"] == 0
+        client.close()
 
 
 def test_hash_ring_moves_only_the_dead_replicas_keys():

@@ -3,11 +3,8 @@ from __future__ import annotations
 
 import math
 import os
-import sys
 
 from lcr.errors import LcrInputError
-
-SWITCH_INTERVAL_S = 0.0005
 
 
 def register(subparsers) -> None:
@@ -73,7 +70,7 @@ def run(args) -> int:
     limits = limits_from_args(args)
 
     from lcr.predict.features import FeatureConfig
-    from lcr.predict.lightgbm_model import LightGBMConfig, LightGBMPredictor
+    from lcr.predict.lightgbm_model import LightGBMConfig
     from lcr.predict.service import bind_warning, create_app, require_service_deps, server_config
 
     _, uvicorn = require_service_deps()
@@ -82,10 +79,7 @@ def run(args) -> int:
         print(f"lcr serve-predictor: warning: {warning}", flush=True)
     config = LightGBMConfig(features=FeatureConfig(mode=args.features), weak=args.weak,
                             retrain_every=args.retrain_every, window=args.window, background=True)
-    app = create_app(LightGBMPredictor(config), token=args.token, limits=limits)
-    # Model work holds the GIL on the worker lanes; a shorter switch interval hands it
-    # back to the event loop sooner, which keeps /health and small requests quick.
-    sys.setswitchinterval(SWITCH_INTERVAL_S)
+    app = create_app(config, token=args.token, limits=limits)  # the model runs in its own process
     tls = {"ssl_certfile": args.ssl_certfile, "ssl_keyfile": args.ssl_keyfile} if args.ssl_certfile else {}
     uvicorn.Server(server_config(app, args.host, args.port, **tls)).run()
     return 0

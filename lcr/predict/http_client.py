@@ -34,6 +34,10 @@ class ConnectFailed(CallFailed):
     """No connection could be made (nothing listening, host unreachable)."""
 
 
+class ConnectTimeout(CallFailed):
+    """The server did not accept in time (busy, not gone); nothing was sent."""
+
+
 class StaleConnection(CallFailed):
     """A reused connection was closed by the server before answering (safe to resend)."""
 
@@ -112,7 +116,7 @@ class _Connection:
                 sock.settimeout(_left(deadline))
                 sock = ep.tls.wrap_socket(sock, server_hostname=ep.host)
         except TimeoutError as err:  # slow to accept: busy, not gone
-            raise CallFailed(f"connecting to {ep.url}: {err}") from None
+            raise ConnectTimeout(f"connecting to {ep.url}: {err}") from None
         except OSError as err:
             raise ConnectFailed(f"cannot connect to {ep.url}: {err}") from None
         self.sock = sock
@@ -220,4 +224,4 @@ def _request_head(method: str, path: str, endpoint: Endpoint, headers: dict, len
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
 
-__all__ = ["CallFailed", "ConnectFailed", "ConnectionPool", "Endpoint", "StaleConnection"]
+__all__ = ["CallFailed", "ConnectFailed", "ConnectTimeout", "ConnectionPool", "Endpoint", "StaleConnection"]

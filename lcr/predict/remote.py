@@ -1,9 +1,14 @@
 """RemotePredictor: the Predictor interface over one or more ``lcr serve-predictor`` replicas.
 
-- Observations are buffered and sent in batches (of at most 65,536) by a background thread (at least every
-  ``flush_interval_s``, at once when ``flush_every`` are waiting) and before each
-  prediction, so the access path never waits for the network. At most ``max_buffered``
-  wait; beyond that the oldest are dropped and counted, as are batches no replica took.
+- Observations are buffered and sent in order, in batches of at most 65,536, by one
+  background thread (at least every ``flush_interval_s``, at once when ``flush_every``
+  are waiting or a prediction is asked), so neither the access path nor a prediction
+  waits for them. At most ``max_buffered`` wait; beyond that the oldest are dropped and
+  counted (``dropped_observations``), as are batches no replica could take. A busy
+  replica (503: its backlog stayed full for the service's admission wait) keeps its
+  batch in the buffer for the next flush. Batching is what keeps a client's share of a
+  saturated service: the service admits waiting requests in arrival order, so one
+  request of many observations counts as much as one of a few.
 - Several replica URLs: each key belongs to one replica by consistent hashing (64
   virtual nodes per replica), so a key's history and its predictions stay on one model.
   While a replica cannot be reached (connection refused, reset, unreachable) it is
@@ -15,10 +20,11 @@
   too slow is not asked for predictions for ``retry_after_s`` (so a hung service costs
   one deadline, not one per call) but still gets observations, with the longer
   ``observe_deadline_s``. A busy replica (503) only costs that call: its predictions are
-  NaN, its observations go back to the buffer for the next flush. Nothing raises.
+  NaN. Nothing raises.
 
-Thread-safe: the buffer is guarded by a lock and each request uses its own pooled
-connection, so caches may share one client across threads (e.g. inside AsyncPredictor).
+Thread-safe: the buffer is guarded by a lock, batches go out one at a time (in order)
+and each request uses its own pooled connection, so caches may share one client across
+threads (e.g. inside AsyncPredictor).
 """
 from __future__ import annotations
 
@@ -32,7 +38,7 @@ import numpy as np
 
 from lcr.errors import LcrInputError
 from lcr.predict.base import Predictor
-from lcr.predict.http_client import CallFailed, ConnectFailed, ConnectionPool, Endpoint
+from lcr.predict.http_client import CallFailed, ConnectFailed, ConnectionPool, ConnectTimeout, Endpoint
 from lcr.predict.lightgbm_model import validate_keys
 from lcr.predict.wire import CONTENT_TYPE, decode_predictions, encode_int64, encode_observations
 
@@ -48,6 +54,10 @@ class ServiceUnavailable(Exception):
 
 class ServiceDown(ServiceUnavailable):
     """A replica could not be reached at all."""
+
+
+class NotAccepted(ServiceUnavailable):
+    """A replica did not accept the connection in time: too slow, and nothing was sent."""
 
 
 class ServiceBusy(Exception):
@@ -126,6 +136,7 @@ class RemotePredictor(Predictor):
         if token:
             self._headers["Authorization"] = f"Bearer {token}"
         self._lock = threading.Lock()  # guards the buffer, metrics and replica state
+        self._sending = threading.Lock()  # one batch in flight at a time: observations stay in order
         self._keys: list[int] = []
         self._times: list[int] = []
         self.metrics = {"fallbacks": 0, "busy": 0, "dropped_observations": 0, "sent_observations": 0,
@@ -157,7 +168,7 @@ class RemotePredictor(Predictor):
         keys = validate_keys(keys)
         if not np.isfinite(now):
             raise LcrInputError(f"now must be a finite time, got {now}")
-        self.flush()  # the service sees every observation made before this prediction
+        self._wake.set()  # observations made so far go out now, without delaying this call
         deadline = time.monotonic() + self.deadline_s
         out = np.full(len(keys), np.nan)
         owners = self.ring.owners_of(keys, self._live())
@@ -179,14 +190,18 @@ class RemotePredictor(Predictor):
         return out
 
     def flush(self) -> None:
-        """Send buffered observations now; what no replica takes is dropped (and counted)."""
+        """Send buffered observations now; what no replica takes is dropped (and counted),
+        what a busy replica refuses stays buffered."""
+        with self._sending:
+            self._send_buffered()
+
+    def _send_buffered(self) -> None:
         with self._lock:
             if not self._keys:
                 return
             keys = np.array(self._keys, dtype=np.int64)
             times = np.array(self._times, dtype=np.int64)
             self._keys, self._times = [], []
-        deadline = time.monotonic() + self.observe_deadline_s
         owners = self.ring.owners_of(keys, self._live())
         dropped = int(np.count_nonzero(owners < 0))
         for index in np.unique(owners[owners >= 0]).tolist():
@@ -194,9 +209,10 @@ class RemotePredictor(Predictor):
             for begin in range(0, len(mine), MAX_OBSERVATIONS_PER_REQUEST):
                 part = mine[begin:begin + MAX_OBSERVATIONS_PER_REQUEST]
                 try:
-                    self._post(index, "/observe", encode_observations(keys[part], times[part]), deadline)
+                    self._post(index, "/observe", encode_observations(keys[part], times[part]),
+                               time.monotonic() + self.observe_deadline_s)
                     self._count("sent_observations", len(part))
-                except ServiceBusy as err:  # alive but full: keep them for the next flush
+                except (ServiceBusy, NotAccepted) as err:  # full, or nothing sent: keep them for the next flush
                     self._requeue(keys[mine[begin:]], times[mine[begin:]])
                     self._fall_back(index, err)
                     break
@@ -261,6 +277,8 @@ class RemotePredictor(Predictor):
         except ConnectFailed as err:
             replica.down_until = time.monotonic() + self.retry_after_s
             raise ServiceDown(str(err)) from None
+        except ConnectTimeout as err:
+            raise NotAccepted(str(err)) from None
         except CallFailed as err:
             raise ServiceUnavailable(str(err)) from None
         if status == 503:

@@ -2,7 +2,7 @@
 
 Endpoints (binary bodies: see ``lcr.predict.wire``):
 
-- ``POST /observe``  keys+times -> ``{"observed": n, "clamped": c, "rejected": r}``
+- ``POST /observe``  keys+times -> ``{"observed": n}`` once handed to the model
 - ``POST /predict?now=T``  keys -> float64 next-access times (NaN = unknown)
 - ``POST /train``  fit now on the current window -> ``{"fitted": bool, "model_version": v}``
 - ``GET /health``  liveness and model version (no token needed)
@@ -10,11 +10,19 @@ Endpoints (binary bodies: see ``lcr.predict.wire``):
 
 Protection (every limit in ``ServiceLimits``):
 
-- The event loop only moves bytes. Model work runs on two worker threads ("lanes"):
-  observe and train share one lane, so updates and fits are serialised (one fit at a
-  time), and predict has its own, so a huge observe never blocks predictions. Each
-  lane admits at most ``max_queued`` requests and ``max_queued_bytes`` of bodies;
-  beyond that the answer is 503 at once, before the body is read.
+- The event loop only moves bytes. The model and all its CPU work live in a separate
+  process (``model_process.py``) with two lanes: observe and train share one, so updates
+  and fits are serialised (one fit at a time); predict has its own, so a huge observe
+  never blocks predictions. ``/health`` and ``/metrics`` are answered by the event loop
+  from the model process's latest report, so they stay quick whatever the model does.
+- Admission, decided from Content-Length before the body is read: the predict lane
+  admits at most ``max_queued`` requests and ``max_queued_bytes`` of bodies, beyond that
+  503 at once (a late prediction is worthless). The observe lane admits batches while
+  fewer than ``max_queued_bytes`` of observations wait for the model; when full, up to
+  ``max_queued`` requests wait their turn in arrival order (first come, first admitted)
+  for at most ``admission_wait_s``, then get 503. Waiting in order, not racing for a
+  free slot, gives every client its share of a saturated model, so a client that
+  batches its observations keeps up instead of losing them.
 - Per-key state is capped (``max_keys``): past the cap the least recently seen keys are
   forgotten in one sweep (counted in ``keys_evicted``).
 - Times: a time earlier than the newest one seen is clamped up to it (``times_clamped``),
@@ -26,23 +34,29 @@ Protection (every limit in ``ServiceLimits``):
 - Bodies must be ``application/octet-stream`` (415) and at most ``max_body_bytes`` (413);
   malformed ones get 400 with ``{"detail": message}``; a missing or wrong bearer token
   (when one is set) gets 401.
+- If the model process dies, ``/health`` answers 503 (a supervisor restarts the
+  service) and model requests 503 (clients fall back to LRU).
 """
-# No `from __future__ import annotations`: FastAPI reads the route annotations, which
-# name classes imported lazily inside create_app.
+from __future__ import annotations
 
 import asyncio
-import contextlib
+import collections
+import functools
 import hmac
+import json
 import logging
+import os
+import re
 import time
-from concurrent.futures import ThreadPoolExecutor
+import types
 from dataclasses import dataclass
-
-import numpy as np
+from urllib.parse import parse_qs
 
 from lcr.errors import LcrInputError
 from lcr.predict.lightgbm_model import LightGBMConfig, LightGBMPredictor
-from lcr.predict.wire import CONTENT_TYPE, decode_keys, decode_observations, encode_float64
+from lcr.predict.model_process import (OBSERVE, PREDICT, TRAIN, ModelFailed, ModelGone, ModelHost,
+                                       ModelProcess)
+from lcr.predict.wire import CONTENT_TYPE, INT64, decode_keys, decode_observations
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +67,9 @@ LOOPBACK = ("127.0.0.1", "localhost", "::1")
 @dataclass(frozen=True)
 class ServiceLimits:
     max_body_bytes: int = DEFAULT_MAX_BODY
-    max_queued: int = 64                   # requests waiting per lane
+    max_queued: int = 64                   # predict: requests waiting; observe: requests waiting for room
     max_queued_bytes: int = 4 * DEFAULT_MAX_BODY  # body bytes waiting per lane
+    admission_wait_s: float = 1.0          # longest an observe waits for room before 503
     max_keys: int = 1_000_000              # per-key feature rows kept
     evict_fraction: float = 0.125          # share of max_keys forgotten per sweep
     max_time_jump: int = 1 << 50           # newest time + this is the latest time accepted
@@ -71,21 +86,23 @@ class ServiceLimits:
         for name in ("header_timeout_s", "body_timeout_s", "keep_alive_s"):
             if not getattr(self, name) > 0:
                 raise LcrInputError(f"service limit {name} must be > 0, got {getattr(self, name)}")
+        if not self.admission_wait_s >= 0:
+            raise LcrInputError(f"service limit admission_wait_s must be >= 0, got {self.admission_wait_s}")
         if not 0 < self.evict_fraction < 1:
             raise LcrInputError(f"service limit evict_fraction must lie in (0, 1), got {self.evict_fraction}")
 
 
 class Busy(Exception):
-    """A lane's queue is full: the request is refused (503) instead of waiting."""
+    """A lane is full: the request is refused (503) instead of waiting."""
 
 
 class _Lane:
-    """One worker thread and its admission bound (requests and body bytes)."""
+    """Requests and body bytes handed to the model and not answered yet; refuses beyond its bounds.
+    Event loop thread only."""
 
-    def __init__(self, name: str, max_queued: int, max_bytes: int):
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"lcr-service-{name}")
+    def __init__(self, max_queued: int, max_bytes: int):
         self._max_queued, self._max_bytes = max_queued, max_bytes
-        self.queued = self.queued_bytes = 0  # touched on the event loop thread only
+        self.queued = self.queued_bytes = 0
 
     def admit(self, nbytes: int) -> None:
         if self.queued >= self._max_queued or self.queued_bytes + nbytes > self._max_bytes:
@@ -97,204 +114,327 @@ class _Lane:
         self.queued -= 1
         self.queued_bytes -= nbytes
 
-    def start(self, fn, *args) -> "asyncio.Future":
-        return asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
 
-    def finished(self, future, nbytes: int) -> None:
-        self.release(nbytes)
-        if not future.cancelled() and future.exception() is not None:
-            log.error("predictor service work failed: %r", future.exception())
+class _Backlog:
+    """Observation bytes handed to the model and not taken in yet. Admits while there is
+    room; otherwise callers wait in arrival order (at most ``max_waiting`` of them, each
+    at most ``wait_s``). Event loop thread only."""
 
-    def shutdown(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+    def __init__(self, max_bytes: int, max_waiting: int, wait_s: float):
+        self.max_bytes, self.max_waiting, self.wait_s = max_bytes, max_waiting, wait_s
+        self.queued = self.queued_bytes = 0
+        self._waiters: collections.deque = collections.deque()  # (nbytes, future), oldest first
+
+    @property
+    def waiting(self) -> int:
+        return sum(not future.done() for _, future in self._waiters)
+
+    def _fits(self, nbytes: int) -> bool:
+        return self.queued_bytes == 0 or self.queued_bytes + nbytes <= self.max_bytes
+
+    async def admit(self, nbytes: int) -> None:
+        if not self._waiters and self._fits(nbytes):
+            self._take(nbytes)
+            return
+        if self.waiting >= self.max_waiting:
+            raise Busy()
+        future = asyncio.get_running_loop().create_future()
+        self._waiters.append((nbytes, future))
+        try:
+            await asyncio.wait_for(future, self.wait_s)  # _admit_waiters takes the bytes for us
+        except asyncio.TimeoutError:
+            raise Busy() from None
+        finally:
+            self._admit_waiters()  # a timed-out head must not hold up the ones behind it
+
+    def release(self, nbytes: int, done: bool = False) -> None:
+        self.queued_bytes -= nbytes
+        self.queued -= done
+        self._admit_waiters()
+
+    def _take(self, nbytes: int) -> None:
+        self.queued += 1
+        self.queued_bytes += nbytes
+
+    def _admit_waiters(self) -> None:
+        while self._waiters:
+            nbytes, future = self._waiters[0]
+            if future.done():  # timed out or the client went away
+                self._waiters.popleft()
+            elif self._fits(nbytes):
+                self._waiters.popleft()
+                self._take(nbytes)
+                future.set_result(None)
+            else:
+                return
 
 
-class ModelHost:
-    """The model and the rules around it (time order, key cap, one fit at a time).
-
-    ``observe``/``train`` must run on one thread (the observe lane); ``predict`` may run
-    concurrently with them: ``LightGBMPredictor`` guards its state with a lock.
-    """
-
-    def __init__(self, model: LightGBMPredictor, limits: ServiceLimits):
-        self.model, self.limits = model, limits
-        self.newest: int | None = None  # newest accepted time
-        self.counters = {"times_clamped": 0, "times_rejected": 0, "keys_evicted": 0}
-
-    def observe(self, keys: np.ndarray, times: np.ndarray) -> dict:
-        keys, times, clamped, rejected = self._order_times(keys, times)
-        limit = self.limits.max_keys
-        keep = int(limit * (1 - self.limits.evict_fraction))
-        step = max(limit - keep, 1)  # a large batch is capped as it goes, not only at its end
-        for begin in range(0, len(keys), step):
-            self.model.observe_many(keys[begin:begin + step], times[begin:begin + step])
-            self.counters["keys_evicted"] += self.model.forget_least_recent(limit, keep)
-        return {"observed": len(keys), "clamped": clamped, "rejected": rejected}
-
-    def _order_times(self, keys, times):
-        """Drop negative and far-future times; clamp the others to a running maximum."""
-        ok = times >= 0
-        newest = self.newest
-        if newest is None:  # the first batch: the jump is measured from its earliest time
-            newest = int(times[ok].min()) if ok.any() else 0
-        ok &= times - newest <= self.limits.max_time_jump
-        keys, times = keys[ok], times[ok]
-        rejected = int(len(ok) - len(keys))
-        start = self.newest if self.newest is not None else newest
-        ordered = np.maximum.accumulate(np.concatenate([[start], times]))[1:] if len(times) else times
-        clamped = int(np.count_nonzero(ordered != times))
-        if len(ordered):
-            self.newest = int(ordered[-1])
-        self.counters["times_clamped"] += clamped
-        self.counters["times_rejected"] += rejected
-        return keys, ordered, clamped, rejected
-
-    def train(self) -> dict:
-        self.model.wait_for_fit()  # a background fit started by observe finishes first
-        fitted = self.model.fit()
-        return {"fitted": fitted, "model_version": self.model.model_version}
-
-    def predict(self, keys: np.ndarray, now: int) -> bytes:
-        return encode_float64(self.model.predict(keys, now))
+def model_factory(model) -> "functools.partial":
+    """What to build in the model process: a ``LightGBMConfig``, a picklable zero-argument
+    callable returning a ``LightGBMPredictor``, or None for the default background model."""
+    if model is None:
+        model = LightGBMConfig(background=True)
+    if isinstance(model, LightGBMConfig):
+        return functools.partial(LightGBMPredictor, model)
+    if isinstance(model, LightGBMPredictor) or not callable(model):
+        raise LcrInputError("create_app takes a LightGBMConfig or a picklable factory of the model, not a model: "
+                            "the model is built in the service's model process")
+    return model
 
 
 def require_service_deps():
     try:
-        import fastapi
         import uvicorn
     except ImportError:
-        raise LcrInputError("the predictor service needs FastAPI and uvicorn: pip install 'lcr[service]'") from None
-    return fastapi, uvicorn
+        raise LcrInputError("the predictor service needs uvicorn: pip install 'lcr[service]'") from None
+    return None, uvicorn
 
 
-def create_app(predictor: "LightGBMPredictor | None" = None, token: "str | None" = None,
-               max_body_bytes: "int | None" = None, limits: "ServiceLimits | None" = None):
-    fastapi, _ = require_service_deps()
-    from fastapi import Depends, FastAPI, HTTPException, Request
-    from fastapi.responses import Response
+class HttpError(Exception):
+    """An answer other than 200: ``{"detail": message}`` with ``status``."""
 
-    limits = limits or ServiceLimits()
-    if max_body_bytes is not None:
-        limits = ServiceLimits(**{**limits.__dict__, "max_body_bytes": int(max_body_bytes)})
-    model = predictor or LightGBMPredictor(LightGBMConfig(background=True))
-    host = ModelHost(model, limits)
-    lanes = {"observe": _Lane("observe", limits.max_queued, limits.max_queued_bytes),
-             "predict": _Lane("predict", limits.max_queued, limits.max_queued_bytes)}
-    started = time.time()
-    counters = {"observe_requests": 0, "predict_requests": 0, "rejected_requests": 0, "busy_requests": 0}
+    def __init__(self, status: int, detail: str, headers: tuple = ()):
+        super().__init__(detail)
+        self.status, self.detail, self.headers = status, detail, headers
 
-    @contextlib.asynccontextmanager
-    async def lifespan(app):
-        yield
-        for lane in lanes.values():
-            lane.shutdown()
 
-    app = FastAPI(title="lcr predictor", docs_url=None, redoc_url=None, lifespan=lifespan)
-    app.state.predictor = model
-    app.state.limits = limits
+class _ClientGone(Exception):
+    """The client disconnected before its body arrived: nothing to answer."""
 
-    def reject(status: int, message: str):
-        counters["rejected_requests"] += 1
-        raise HTTPException(status_code=status, detail=message)
 
-    def check_token(request: Request) -> None:
-        if token is None:
+JSON = b"application/json"
+
+
+def _json(value) -> bytes:
+    return json.dumps(value, separators=(",", ":")).encode()
+
+
+class ServiceApp:
+    """The service as a plain ASGI app (routes below). Plain ASGI, not a web framework:
+    every request costs the event loop about a third of what a framework's routing,
+    dependency and encoder layers did, and the event loop's time is what keeps
+    ``/health`` quick under load. Event loop thread only."""
+
+    def __init__(self, model, token: "str | None", limits: ServiceLimits):
+        self.limits, self.token = limits, token
+        self.model = ModelProcess(model_factory(model), limits)
+        self.state = types.SimpleNamespace(model=self.model, limits=limits)
+        self.predict_lane = _Lane(limits.max_queued, limits.max_queued_bytes)
+        self.train_lane = _Lane(limits.max_queued, 1)
+        self.backlog = _Backlog(limits.max_queued_bytes, limits.max_queued, limits.admission_wait_s)
+        self.started = time.time()
+        self.counters = {"observe_requests": 0, "predict_requests": 0, "rejected_requests": 0,
+                         "busy_requests": 0, "model_errors": 0}
+        # path -> (method, handler, needs the token)
+        self.routes = {"/observe": ("POST", self.observe, True), "/predict": ("POST", self.predict, True),
+                       "/train": ("POST", self.train, True), "/health": ("GET", self.health, False),
+                       "/metrics": ("GET", self.metrics, True)}
+
+    # -- ASGI --------------------------------------------------------------------------------
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
             return
-        given = request.headers.get("authorization", "")
-        if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
-            reject(401, "missing or wrong bearer token")
+        if scope["type"] != "http":
+            return
+        try:
+            status, body, kind, headers = 200, *(await self._route(scope, receive)), ()
+        except _ClientGone:
+            return
+        except HttpError as err:
+            if err.status not in (404, 405, 503):
+                self.counters["rejected_requests"] += 1
+            status, body, kind, headers = err.status, _json({"detail": err.detail}), JSON, err.headers
+        except Exception:
+            log.exception("predictor service request failed")
+            status, body, kind, headers = 500, b'{"detail": "internal error"}', JSON, ()
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", kind), (b"content-length", str(len(body)).encode()), *headers]})
+        await send({"type": "http.response.body", "body": body})
 
-    def declared_length(request: Request) -> int:
+    async def _lifespan(self, receive, send):
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                try:
+                    await self.model.start()
+                except Exception as err:
+                    await send({"type": "lifespan.startup.failed", "message": str(err)})
+                    return
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.model.stop()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def _route(self, scope, receive):
+        route = self.routes.get(scope["path"])
+        if route is None:
+            raise HttpError(404, "Not Found")
+        method, handler, guarded = route
+        if scope["method"] != method:
+            raise HttpError(405, "Method Not Allowed", ((b"allow", method.encode()),))
+        headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in scope["headers"]}
+        if guarded and self.token is not None:
+            given = headers.get("authorization", "")
+            if not hmac.compare_digest(given.encode(), f"Bearer {self.token}".encode()):
+                raise HttpError(401, "missing or wrong bearer token")
+        return await handler(scope, headers, receive)
+
+    # -- request parts -----------------------------------------------------------------------
+    def declared_length(self, headers: dict) -> int:
         """The body size to reserve: Content-Length, or the limit when none is given."""
-        kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        kind = headers.get("content-type", "").split(";")[0].strip().lower()
         if kind != CONTENT_TYPE:
-            reject(415, f"Content-Type must be {CONTENT_TYPE}, got {kind or 'none'!r}")
-        declared = request.headers.get("content-length")
+            raise HttpError(415, f"Content-Type must be {CONTENT_TYPE}, got {kind or 'none'!r}")
+        declared = headers.get("content-length")
+        limit = self.limits.max_body_bytes
         if declared is None:
-            return limits.max_body_bytes
+            return limit
         if not declared.isdigit():
-            reject(400, "Content-Length is not a number")
-        if int(declared) > limits.max_body_bytes:
-            reject(413, f"body of {declared} bytes is over the {limits.max_body_bytes}-byte limit")
+            raise HttpError(400, "Content-Length is not a number")
+        if int(declared) > limit:
+            raise HttpError(413, f"body of {declared} bytes is over the {limit}-byte limit")
         return int(declared)
 
-    async def read_body(request: Request) -> bytes:
-        body = bytearray()
+    async def read_body(self, receive, decode) -> bytearray:
+        """The body, checked by ``decode`` (bad input is 400)."""
+        body, limit = bytearray(), self.limits.max_body_bytes
 
         async def collect():
-            async for chunk in request.stream():  # also bounds bodies sent without a length
-                body.extend(chunk)
-                if len(body) > limits.max_body_bytes:
-                    reject(413, f"body is over the {limits.max_body_bytes}-byte limit")
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    raise _ClientGone()
+                body.extend(message.get("body", b""))
+                if len(body) > limit:  # also bounds bodies sent without a length
+                    raise HttpError(413, f"body is over the {limit}-byte limit")
+                if not message.get("more_body"):
+                    return
         try:
-            await asyncio.wait_for(collect(), limits.body_timeout_s)
+            await asyncio.wait_for(collect(), self.limits.body_timeout_s)
         except asyncio.TimeoutError:
-            reject(408, f"body not received within {limits.body_timeout_s:g} s")
-        return bytes(body)
+            raise HttpError(408, f"body not received within {self.limits.body_timeout_s:g} s") from None
+        try:
+            decode(body)
+        except LcrInputError as err:
+            raise HttpError(400, str(err)) from None
+        return body
 
-    def admit(lane_name: str, nbytes: int) -> _Lane:
-        lane = lanes[lane_name]
+    def busy(self, what: str) -> HttpError:
+        self.counters["busy_requests"] += 1
+        return HttpError(503, f"{what}; retry later", ((b"retry-after", b"1"),))
+
+    def check_model(self) -> None:
+        if not self.model.alive:
+            raise self.busy(self.model.exited)
+
+    async def answer_of(self, future) -> bytes:
+        try:
+            return await future
+        except ModelGone as err:
+            raise self.busy(str(err)) from None
+        except ModelFailed as err:
+            self.counters["model_errors"] += 1
+            raise HttpError(500, str(err)) from None
+
+    def settled(self, future) -> None:
+        """A batch nobody awaits has been processed: count a failure (and retrieve it)."""
+        if not future.cancelled() and isinstance(future.exception(), ModelFailed):
+            self.counters["model_errors"] += 1
+
+    # -- routes ------------------------------------------------------------------------------
+    async def observe(self, scope, headers, receive):
+        # Answered once the batch is checked and handed to the model process; the
+        # backlog's room comes back as the model reports its progress.
+        nbytes = self.declared_length(headers)
+        self.check_model()
+        backlog = self.backlog
+        try:
+            await backlog.admit(nbytes)
+        except Busy:
+            raise self.busy("observe backlog is full") from None
+        try:
+            body = await self.read_body(receive, decode_observations)
+            self.check_model()
+        except BaseException:
+            backlog.release(nbytes, done=True)
+            raise
+        backlog.release(nbytes - len(body))  # the reservation was Content-Length or the limit
+        if not body:
+            backlog.release(0, done=True)
+            return _json({"observed": 0}), JSON
+        taken = 0  # bytes of this batch the model has taken in (released from the backlog)
+
+        def progress(done: int) -> None:
+            nonlocal taken
+            backlog.release(16 * done - taken)
+            taken = 16 * done
+
+        future = self.model.request(OBSERVE, body, on_progress=progress)
+        future.add_done_callback(lambda done: (backlog.release(len(body) - taken, done=True), self.settled(done)))
+        self.counters["observe_requests"] += 1
+        return _json({"observed": len(body) // 16}), JSON
+
+    async def predict(self, scope, headers, receive):
+        now = parse_qs(scope["query_string"].decode("latin-1")).get("now", [""])[-1]
+        if not re.fullmatch(r"-?\d{1,19}", now) or not -(1 << 63) <= int(now) < (1 << 63):
+            raise HttpError(422, f"query parameter now must be a 64-bit integer time, got {now!r}")
+        nbytes = self.declared_length(headers)
+        self.check_model()
+        lane = self.predict_lane
         try:
             lane.admit(nbytes)
         except Busy:
-            counters["busy_requests"] += 1
-            raise HTTPException(status_code=503, detail=f"{lane_name} queue is full; retry later",
-                                headers={"Retry-After": "1"}) from None
-        return lane
-
-    async def on_lane(lane_name: str, request: Request, decode, work, wait: bool = True):
-        """Admit (or 503), read the body, ``decode`` it here (cheap views; bad input is
-        400), then run ``work(decoded)`` on the lane's thread. With ``wait=False`` the
-        answer is ``decoded`` as soon as the work is queued."""
-        nbytes = declared_length(request)
-        lane = admit(lane_name, nbytes)
+            raise self.busy("predict queue is full") from None
         try:
-            decoded = decode(await read_body(request))
-            future = lane.start(work, decoded)
-        except BaseException as err:
+            body = await self.read_body(receive, decode_keys)
+            self.check_model()
+            future = self.model.request(PREDICT, INT64.type(int(now)).tobytes(), body)
+        except BaseException:
             lane.release(nbytes)
-            if isinstance(err, LcrInputError):
-                reject(400, str(err))
             raise
-        future.add_done_callback(lambda done: lane.finished(done, nbytes))
-        return await future if wait else decoded
+        future.add_done_callback(lambda _: lane.release(nbytes))  # not before the model is done
+        answer = await self.answer_of(future)
+        self.counters["predict_requests"] += 1
+        return bytes(answer), CONTENT_TYPE.encode()
 
-    guarded = [Depends(check_token)]
+    async def train(self, scope, headers, receive):
+        self.check_model()
+        try:
+            self.train_lane.admit(0)  # runs after the observations handed over before it
+        except Busy:
+            raise self.busy("train queue is full") from None
+        future = self.model.request(TRAIN)
+        future.add_done_callback(lambda _: self.train_lane.release(0))
+        answer = await self.answer_of(future)
+        self.model.status["model_version"] = json.loads(answer)["model_version"]
+        return bytes(answer), JSON
 
-    @app.post("/observe", dependencies=guarded)
-    async def observe(request: Request):
-        # Answered once the body is read, checked and queued: the model catches up on
-        # the observe lane, so a client's deadline never waits for a large batch.
-        keys, _ = await on_lane("observe", request, decode_observations,
-                                lambda observations: host.observe(*observations), wait=False)
-        counters["observe_requests"] += 1
-        return {"observed": len(keys)}
+    async def health(self, scope, headers, receive):
+        if not self.model.alive:
+            raise HttpError(503, f"down: {self.model.exited}")
+        status = self.model.status
+        return _json({"status": "ok", "model_version": status["model_version"], "keys": status["keys"]}), JSON
 
-    @app.post("/predict", dependencies=guarded)
-    async def predict(request: Request, now: int):
-        answer = await on_lane("predict", request, decode_keys, lambda keys: host.predict(keys, now))
-        counters["predict_requests"] += 1
-        return Response(answer, media_type=CONTENT_TYPE)
+    async def metrics(self, scope, headers, receive):
+        backlog, lanes = self.backlog, {"predict": self.predict_lane, "train": self.train_lane}
+        queues = {"observe_queued": backlog.queued, "observe_queued_bytes": backlog.queued_bytes,
+                  "observe_waiting": backlog.waiting, **{f"{name}_queued": lane.queued for name, lane in lanes.items()}}
+        return _json({**self.model.status, **self.counters, **queues, "max_keys": self.limits.max_keys,
+                      "uptime_s": time.time() - self.started, "front_pid": os.getpid(),
+                      "model_alive": self.model.alive}), JSON
 
-    @app.post("/train", dependencies=guarded)
-    async def train():
-        lane = admit("observe", 0)  # after the queued observations; one fit at a time
-        future = lane.start(host.train)
-        future.add_done_callback(lambda done: lane.finished(done, 0))
-        return await future
 
-    @app.get("/health")
-    async def health():
-        return {"status": "ok", "model_version": model.model_version, "keys": len(model.features)}
-
-    @app.get("/metrics", dependencies=guarded)
-    async def metrics():
-        queues = {f"{name}_queued": lane.queued for name, lane in lanes.items()}
-        return {**model.metrics, **counters, **host.counters, **queues,
-                "model_version": model.model_version, "keys": len(model.features),
-                "max_keys": limits.max_keys, "uptime_s": time.time() - started}
-
-    return app
+def create_app(model=None, token: "str | None" = None, max_body_bytes: "int | None" = None,
+               limits: "ServiceLimits | None" = None) -> ServiceApp:
+    """The service's ASGI app. ``model``: see ``model_factory``. The model process starts
+    with the app (lifespan startup) and stops with it."""
+    require_service_deps()
+    limits = limits or ServiceLimits()
+    if max_body_bytes is not None:
+        limits = ServiceLimits(**{**limits.__dict__, "max_body_bytes": int(max_body_bytes)})
+    return ServiceApp(model, token, limits)
 
 
 def _guarded_protocol(header_timeout_s: float):
@@ -359,4 +499,4 @@ def bind_warning(host: str, token: "str | None", tls: bool) -> "str | None":
             + " (see docs/predictor.md, 'Service')")
 
 
-__all__ = ["Busy", "ModelHost", "ServiceLimits", "bind_warning", "create_app", "server_config"]
+__all__ = ["Busy", "HttpError", "ModelHost", "ServiceApp", "ServiceLimits", "bind_warning", "create_app", "model_factory", "server_config"]
