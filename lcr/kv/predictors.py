@@ -194,33 +194,3 @@ class LearnedNodePredictor(FeaturePredictor):
         if not self.lightgbm.model.model_version:
             return recent_interval_estimate(self.features, keys)
         return self.lightgbm.predict(keys, now)
-
-
-class ServicePredictor(Predictor):
-    """A shared prediction service: POST {"keys": [...], "now": t} -> {"predictions": [...]}.
-
-    Unreachable at start is a clear error; failures later raise, and the policy falls
-    back to LRU for that eviction."""
-
-    name = "service"
-
-    def __init__(self, url: str, timeout_s: float = 0.05, check: bool = True):
-        self.url = url
-        self.timeout_s = timeout_s
-        if check:
-            try:
-                self.predict([], 0)
-            except Exception as err:  # noqa: BLE001
-                raise LcrInputError(f"predictor service {url} is unreachable ({err})") from None
-
-    def predict(self, keys: Sequence[int], now: int) -> list[float]:
-        import json
-        import urllib.request
-
-        body = json.dumps({"keys": [int(k) for k in keys], "now": int(now)}).encode()
-        request = urllib.request.Request(self.url, body, {"Content-Type": "application/json"})
-        with urllib.request.urlopen(request, timeout=self.timeout_s) as reply:
-            values = json.loads(reply.read())["predictions"]
-        if len(values) != len(keys):
-            raise ValueError(f"service answered {len(values)} predictions for {len(keys)} keys")
-        return [float("nan") if v is None else float(v) for v in values]
