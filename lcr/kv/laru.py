@@ -24,12 +24,13 @@ Rules (each measured in docs/kv.md; the options name the alternatives tried):
 * Confidence (``confidence``): ``phase`` (Algorithm 1) resets lambda to 1 at every
   phase start; ``earned`` keeps it across phases and multiplies it by b only after a
   phase without an induced miss.
-* ``confidence=balance`` (for predictors that are right on average but often wrong
-  one by one, e.g. LPC's): no induced misses; ``lcr.kv.reuse.LRUBalance`` estimates from
-  reuse distances how many hit tokens LRU would have had, and the window is every
-  evictable leaf (lambda = 1) unless the faded hit-token balance over LRU (``horizon``
-  requests) falls below ``-slack`` times the faded hit tokens, then LRU's choice
-  (window of one) until it recovers. Needs the engine's depths.
+* ``confidence=balance`` (for predictors right on average but often wrong one by one,
+  such as LPC's): no induced misses. ``lcr.kv.reuse.LRUBalance`` estimates from reuse
+  distances the hit tokens LRU would have had; the window is every evictable leaf
+  (lambda = 1) unless the hit-token balance over LRU falls below ``-slack`` (0.02) times
+  the hit tokens, then LRU's choice (a window of one). ``horizon`` > 0 fades both over
+  that many requests so trust can come back (default 0: never forgotten, the robust
+  choice). Needs the engine's depths.
 * Shrink (``shrink_every``): lambda /= b once every ``shrink_every`` induced misses of a
   phase (default 1, Algorithm 1; the paper's LLM setting is k // 32, ``shrink_every=0``).
 * Only evictions a prediction decided (victim other than the oldest candidate) are
@@ -71,7 +72,7 @@ class LARURules(_Predictive):
     def __init__(self, predictor: NextAccessPredictor, k: int | None = None, b: float = 2.0,
                  shrink_every: int | None = 1, phase: str = "nodes", check: str = "evict",
                  record: str = "cached", fallback: str = "round", confidence: str = "earned",
-                 induced: str = "stale", horizon: float = 500.0, slack: float = 0.02):
+                 induced: str = "stale", horizon: float = 0.0, slack: float = 0.02):
         super().__init__(predictor)
         if k is not None and k < 1:
             raise ValueError(f"laru needs k >= 1, got {k}")
