@@ -64,13 +64,6 @@ class TokenReuse:
         self.stamp[key] = (stamp, tokens)
         self._add(stamp, tokens)
 
-    def merged(self, key: int) -> None:
-        """``key``'s tokens are now counted by another node (a re-inserted path holds
-        them): drop its own count so they are not counted twice."""
-        old = self.stamp.pop(key, None)
-        if old is not None:
-            self._add(old[0], -old[1])
-
     def between(self, after: int, before: int) -> float:
         """Distinct tokens whose latest request fell in (after, before)."""
         if before - 1 <= after:
@@ -100,7 +93,6 @@ class LRUBalance:
         self.hits = 0.0  # this cache's hit tokens, faded the same way (the scale)
         self.reuse = TokenReuse()
         self.depth: dict[int, int] = {}  # key -> depth of the request path it was last on
-        self.below: dict[int, int] = {}  # key -> the next node of the path it was last on
         self.total = 0.0  # faded (hit tokens - LRU's estimated hit tokens)
         self._now = -1
         self._hit = 0            # this request's hit tokens
@@ -126,17 +118,6 @@ class LRUBalance:
             self._hit = depths[-1]
             estimate = self._lru_hit(keys[-1], now, capacity)
             self._lru = estimate if estimate is not None else 0.0
-        if not cached and keys:
-            # A re-inserted node holds the evicted path that hung below it: count those
-            # tokens once, under the new node.
-            below = self.below.pop(keys[0], None)
-            while below is not None:
-                self.reuse.merged(below)
-                below = self.below.pop(below, None)
-        for upper, lower in zip(keys, keys[1:]):
-            self.below[upper] = lower
-        if self._path and keys:
-            self.below[self._path[-1]] = keys[0]
         above = 0 if cached else self._hit  # an inserted node hangs below this request's hits
         for key, depth in zip(keys, depths):
             self.reuse.requested(key, now, depth - above)
