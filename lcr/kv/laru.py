@@ -28,7 +28,7 @@ Rules (each measured in docs/kv.md; the options name the alternatives tried):
   such as LPC's): no induced misses. ``lcr.kv.reuse.LRUBalance`` estimates from reuse
   distances the hit tokens LRU would have had; the window is every evictable leaf
   (lambda = 1) unless the hit-token balance over LRU falls below ``-slack`` (0.02) times
-  the hit tokens, then LRU's choice (a window of one). ``horizon`` > 0 fades both over
+  the hit tokens plus the capacity, then LRU's choice (a window of one). ``horizon`` > 0 fades both over
   that many requests so trust can come back (default 0: never forgotten, the robust
   choice). Needs the engine's depths.
 * Shrink (``shrink_every``): lambda /= b once every ``shrink_every`` induced misses of a
@@ -169,7 +169,9 @@ class LARURules(_Predictive):
             self._start_phase()
         self._lru_round = False
         if self.balance is not None:  # all leaves while not behind LRU, else LRU's choice
-            behind = self.balance.settle(now) < -self.slack * self.balance.hits
+            # The capacity term keeps estimate noise before the first hits from deciding.
+            scale = self.balance.hits + self.view.capacity_tokens if self.view is not None else self.balance.hits
+            behind = self.balance.settle(now) < -self.slack * scale
             self.lam = 0.0 if behind else 1.0
         if self.check == "evict" and missing is not None:
             self._check_induced(missing)
