@@ -75,3 +75,25 @@ def test_balance_makes_the_same_decisions_in_the_fast_laru_and_the_spec():
         replay_lcr(w, capacity, policy)
         victims.append(seen)
     assert len(victims[0]) > 100 and victims[0] == victims[1]
+
+
+def test_balance_switches_to_lru_only_past_slack_times_hits_plus_capacity():
+    from lcr.kv.policies import CacheView
+
+    class View(CacheView):
+        capacity_tokens = 10_000
+
+        def cached_keys(self):
+            return []
+
+        def tokens_of(self, keys):
+            return 0
+
+    policy = LARU(PathOracle(workload()), confidence="balance")  # slack 0.02
+    policy.bind(View())
+    for total, hits, lam in ((-150.0, 0.0, 1.0),    # noise before the first hit: stays
+                             (-250.0, 0.0, 0.0),    # 0.02 x (0 + 10,000) = 200
+                             (-350.0, 10_000.0, 1.0), (-450.0, 10_000.0, 0.0)):
+        policy.balance.total, policy.balance.hits = total, hits
+        policy.begin_eviction(None, 1)
+        assert policy.lam == lam, (total, hits)
