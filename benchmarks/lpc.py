@@ -8,7 +8,10 @@ reports the prompt-token hit rate of LRU, LPC, LARU+LPC, the Oracle (LPC fed the
 truth) and both with inverted predictions. Writes benchmarks/results/lpc.json and
 the plot docs/kv/lpc_hit_rate.png.
 
-    LCR_CACHE_DIR=/tmp/lcr-cache python benchmarks/lpc.py [--data ../shared/data]
+    LCR_CACHE_DIR=/tmp/lcr-cache python benchmarks/lpc.py [--data ../shared/data] [--models DIR [--trained]]
+
+``--trained`` reuses the models in ``--models`` and the predictor scores of the previous
+``--out`` (training the MLPs takes minutes); the replay and the cost are measured anew.
 """
 from __future__ import annotations
 
@@ -95,6 +98,8 @@ def main() -> None:
     parser.add_argument("--cost-only", action="store_true",
                         help="only re-measure the prediction cost (models from a previous run's --models)")
     parser.add_argument("--models", help="keep the trained models in this directory (default: a temp dir)")
+    parser.add_argument("--trained", action="store_true",
+                        help="reuse the models in --models and the predictor scores in --out")
     args = parser.parse_args()
     chats = Path(args.data) / CHATS
     if not chats.exists():
@@ -113,7 +118,12 @@ def main() -> None:
 
     # 1. Predictors, scored on the held-out half.
     models = {}
-    for label, kind, features in PREDICTORS:
+    if args.trained:
+        if not args.models:
+            raise SystemExit("--trained needs --models DIR")
+        report["predictors"] = json.loads(Path(args.out).read_text())["predictors"]
+        models = {label: tmp / f"{label.replace('/', '-')}.pt" for label, _, _ in PREDICTORS}
+    for label, kind, features in [] if args.trained else PREDICTORS:
         r = train(convs, kind, encoder=encoder, features=features, seed=args.seed)
         path = tmp / f"{label.replace('/', '-')}.pt"
         r.model.save(path)
@@ -130,9 +140,11 @@ def main() -> None:
     best = "lightgbm/length"
     specs = ["lru", "lpc-oracle", "laru-lpc:model=oracle"]
     specs += [f"lpc:model={models[label]}" for label in models]
-    specs += [f"laru-lpc:model={models[best]}", f"laru-lpc:model={models['mlp/paper']}",
-              f"lpc:model={models[best]};invert=1", f"laru-lpc:model={models[best]};invert=1",
-              f"laru-lpc:model={models[best]};invert=1;shrink_every=1"]
+    # laru-lpc uses LARU's confidence=balance; confidence=earned is LARU's default elsewhere.
+    for label in (best, "mlp/paper"):
+        m = models[label]
+        specs += [f"laru-lpc:model={m}", f"lpc:model={m};invert=1", f"laru-lpc:model={m};invert=1",
+                  f"laru-lpc:model={m};confidence=earned", f"laru-lpc:model={m};invert=1;confidence=earned"]
     names = {str(v): k for k, v in models.items()}
 
     def label_of(policy_label: str) -> str:
@@ -182,7 +194,8 @@ def plot(rows, path, title) -> None:
     shown = {"lru": "LRU", "lpc:model=lightgbm/length": "LPC (LightGBM, turns+lengths)",
              "lpc:model=mlp/paper": "LPC (MLP, paper features)",
              "laru-lpc:model=lightgbm/length": "LARU+LPC (LightGBM)", "lpc-oracle": "Oracle",
-             "laru-lpc:model=lightgbm/length,invert=1": "LARU+LPC, inverted"}
+             "laru-lpc:model=lightgbm/length,invert=1": "LARU+LPC (LightGBM), inverted",
+             "lpc:model=lightgbm/length,invert=1": "LPC (LightGBM), inverted"}
     for policy, name in shown.items():
         pts = [(r["cache_share"] * 100, r["hit_rate"]) for r in rows if r["policy"] == policy]
         if pts:

@@ -27,6 +27,13 @@ Rules (each measured in docs/kv.md; the options name the alternatives tried):
   makes the rest of its phase LRU and costs one more shrink when the phase ends (a small
   cache sees few evictions per phase, so the per-miss shrink alone comes too late:
   Online-QA 2.5% at p = 1, docs/kv.md).
+* ``confidence=balance`` (for predictors right on average but often wrong one by one,
+  such as LPC's): no induced misses. ``lcr.kv.reuse.LRUBalance`` estimates from reuse
+  distances the hit tokens LRU would have had; the window is every evictable leaf
+  (lambda = 1) unless the hit-token balance over LRU falls below ``-slack`` (0.02) times
+  the hit tokens plus the capacity, then LRU's choice (a window of one). ``horizon`` > 0 fades both over
+  that many requests so trust can come back (default 0: never forgotten, the robust
+  choice). Needs the engine's depths.
 * Shrink (``shrink_every``): lambda /= b once every ``shrink_every`` induced misses of a
   phase (default 1, Algorithm 1; the paper's LLM setting is k // 32, ``shrink_every=0``).
 * Only evictions a prediction decided (victim other than the oldest candidate) are
@@ -48,13 +55,14 @@ import math
 from sortedcontainers import SortedList
 
 from lcr.kv.policies import _Predictive, as_container, restamp
+from lcr.kv.reuse import LRUBalance
 from lcr.policies.predictions import NextAccessPredictor
 
 PHASES = ("nodes", "tokens")
 CHECKS = ("evict", "insert")
 RECORDS = ("phase", "cached")
 FALLBACKS = ("round", "one")
-CONFIDENCES = ("phase", "earned", "guarded")
+CONFIDENCES = ("phase", "earned", "guarded", "balance")
 INDUCED = ("phase", "stale")
 
 
@@ -67,7 +75,7 @@ class LARURules(_Predictive):
     def __init__(self, predictor: NextAccessPredictor, k: int | None = None, b: float = 2.0,
                  shrink_every: int | None = 1, phase: str = "nodes", check: str = "evict",
                  record: str = "cached", fallback: str = "round", confidence: str = "earned",
-                 induced: str = "stale"):
+                 induced: str = "stale", horizon: float = 0.0, slack: float = 0.02):
         super().__init__(predictor)
         if k is not None and k < 1:
             raise ValueError(f"laru needs k >= 1, got {k}")
@@ -96,6 +104,11 @@ class LARURules(_Predictive):
         self.requested = SortedList()  # (time requested, key) of cached nodes (induced="stale")
         self._requested_at: dict[int, int] = {}
         self._split_off: list[int] = []
+        if not horizon >= 0 or not slack >= 0:
+            raise ValueError(f"laru needs horizon >= 0 and slack >= 0, got {horizon}, {slack}")
+        # confidence="balance": estimated hit tokens over LRU's replace induced misses
+        self.balance = LRUBalance(horizon) if confidence == "balance" else None
+        self.slack = float(slack)
         self._induced_in_phase = 0
         self._lru_round = False
         self._lru_budget = 0
@@ -113,6 +126,9 @@ class LARURules(_Predictive):
 
     # Events ---------------------------------------------------------------------------
     def on_access(self, keys, now, depths=None):
+        if self.balance is not None and depths is not None and self.view is not None:
+            self.balance.access(keys, depths, now, keys[-1] in self.last_access if keys else False,
+                                self.view.capacity_tokens)
         super().on_access(keys, now, depths)
         self.old.difference_update(keys)
         if self.record == "cached":
@@ -147,6 +163,8 @@ class LARURules(_Predictive):
             self._phase_seen.add(lower_key)
 
     def on_miss(self, key, now):
+        if self.balance is not None and self.view is not None:
+            self.balance.miss(key, now, self.view.capacity_tokens)
         if self.check == "insert" and self._started:
             self._check_induced(key)
 
@@ -154,6 +172,11 @@ class LARURules(_Predictive):
         if self._phase_over():
             self._start_phase()
         self._lru_round = False
+        if self.balance is not None:  # all leaves while not behind LRU, else LRU's choice
+            # The capacity term keeps estimate noise before the first hits from deciding.
+            scale = self.balance.hits + self.view.capacity_tokens if self.view is not None else self.balance.hits
+            behind = self.balance.settle(now) < -self.slack * scale
+            self.lam = 0.0 if behind else 1.0
         if self.check == "evict" and missing is not None:
             self._check_induced(missing)
         self.k = self.fixed_k or max(1, len(self.last_access))
@@ -209,7 +232,7 @@ class LARURules(_Predictive):
 
     def _check_induced(self, key: int) -> None:
         evicted_at = self.evicted_by_prediction.get(key)
-        if evicted_at is None:
+        if evicted_at is None or self.balance is not None:
             return
         if self.induced == "stale" and not (self.requested and self.requested[0][0] < evicted_at):
             return  # every cached node was requested since: that eviction cost nothing
@@ -232,10 +255,11 @@ class LARURules(_Predictive):
         self.k = self.fixed_k or max(1, len(self.old))
         if self.confidence == "phase":
             self.lam = 1.0
-        elif self._induced_in_phase == 0:
-            self.lam = min(1.0, self.lam * self.b)
-        elif self.confidence == "guarded":
-            self.lam /= self.b
+        elif self.confidence in ("earned", "guarded"):  # balance sets its window elsewhere
+            if self._induced_in_phase == 0:
+                self.lam = min(1.0, self.lam * self.b)
+            elif self.confidence == "guarded":
+                self.lam /= self.b
         if self.induced == "phase":
             self.evicted_by_prediction.clear()
         self._induced_in_phase = 0

@@ -6,7 +6,10 @@
 ``laru-lpc:model=...``     LARU whose next-access predictor is LPC's probability
 ``invert=1``               flips every prediction (p -> 1 - p): the worst case
 ``scale=S``                decay rate per second (default 1e-2)
-Other ``laru-lpc`` parameters (b, k, shrink_every) go to LARU.
+Other ``laru-lpc`` parameters go to LARU; its confidence rule defaults to ``balance``
+(``lcr.kv.laru``): LPC's predictions are right on average but wrong on many single
+conversations, which Algorithm 1's induced misses punish even while LPC is well ahead
+of LRU; ``confidence=earned`` (LARU's default elsewhere) gives the old behaviour.
 """
 from __future__ import annotations
 
@@ -57,4 +60,4 @@ def laru_lpc_policy(workload, model: str | None = None, invert: int = 0, scale: 
         raise LcrInputError("policy laru-lpc needs model=PATH (from lcr lpc-train) or model=oracle")
     # LARU sees LPC's order; flipping is done on the probabilities, as for lpc.
     predictor = ContinuationNextAccess(continuation_keys(workload, model, bool(invert), scale))
-    return LARU(predictor, **laru_params)
+    return LARU(predictor, **{"confidence": "balance", **laru_params})
