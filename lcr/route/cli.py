@@ -25,7 +25,7 @@ def register(subparsers) -> None:
                     "throughput and per-worker load for every router x cache policy x worker count.")
     p.add_argument("workload",
                    help="gsp[:groups=128,prompts=32,prompt_tokens=1024,prefix_ratio=0.5,"
-                        "output_tokens=128,order=shuffled], a Mooncake JSONL file, or a prefix-block "
+                        "output_tokens=128,order=shuffled,zipf_alpha=0], a Mooncake JSONL file, or a prefix-block "
                         "generator spec (online_qa:..., aibrix:...)")
     p.add_argument("--routers", default="random,round_robin,cache_aware,lbgr",
                    help=f"comma-separated, from {', '.join(ROUTERS)}; parameters after ':' "
@@ -105,7 +105,7 @@ def load_requests(spec: str, block_tokens: int, seed: int, limit: int | None):
     if name == "gsp":
         params = _spec_params(rest)
         kinds = dict(groups=int, prompts=int, prompt_tokens=int, prefix_ratio=float,
-                     output_tokens=int, order=str, seed=int)
+                     output_tokens=int, order=str, zipf_alpha=float, seed=int)
         unknown = set(params) - set(kinds)
         if unknown:
             raise LcrInputError(f"gsp: unknown parameter(s) {', '.join(sorted(unknown))}; "
