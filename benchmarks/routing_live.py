@@ -123,8 +123,9 @@ def run_router(name: str, urls: list[str], prompts: list[str], clients: int, max
     kind, policy = name.split(":")
     port = free_port()
     if kind == "lcr":
+        # The CPU workers' prefill is compute-bound: one prompt at a time (--prefill-slots 1).
         cmd = [sys.executable, "-m", "lcr", "serve-router", "--worker-urls", ",".join(urls),
-               "--router", policy, "--port", str(port)]
+               "--router", policy, "--port", str(port), "--prefill-slots", "1"]
     else:
         cmd = [sys.executable, "-m", "sglang_router.launch_router", "--worker-urls", *urls,
                "--policy", policy, "--port", str(port), "--host", "127.0.0.1"]

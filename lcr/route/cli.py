@@ -68,10 +68,14 @@ def add_service_flags(parser) -> None:
     parser.add_argument("--decode-s-per-token", type=float, default=ServiceModel.decode_s_per_token)
     parser.add_argument("--slots", type=int, default=ServiceModel.slots,
                         help="requests a worker runs at once")
+    parser.add_argument("--prefill-slots", type=int, default=ServiceModel.prefill_slots,
+                        help="requests a worker prefills at once (0: every slot on its own; 1: "
+                             "prefill is compute-bound and queues, as on a real GPU)")
 
 
 def service_model(args) -> ServiceModel:
-    return ServiceModel(args.miss_s_per_token, args.hit_s_per_token, args.decode_s_per_token, args.slots)
+    return ServiceModel(args.miss_s_per_token, args.hit_s_per_token, args.decode_s_per_token, args.slots,
+                        args.prefill_slots)
 
 
 def _ints(text: str, flag: str, low: int = 1, high: int = 1 << 40) -> list[int]:
