@@ -119,13 +119,15 @@ def one_request(url: str, text: str, max_new_tokens: int) -> dict:
             "prompt": meta.get("prompt_tokens", 0), "cached": meta.get("cached_tokens", 0)}
 
 
-def run_router(name: str, urls: list[str], prompts: list[str], clients: int, max_new: int, logs: Path) -> dict:
+def run_router(name: str, urls: list[str], prompts: list[str], clients: int, max_new: int, logs: Path,
+               pool_tokens: int) -> dict:
     kind, policy = name.split(":")
     port = free_port()
     if kind == "lcr":
         # The CPU workers' prefill is compute-bound: one prompt at a time (--prefill-slots 1).
         cmd = [sys.executable, "-m", "lcr", "serve-router", "--worker-urls", ",".join(urls),
-               "--router", policy, "--port", str(port), "--prefill-slots", "1"]
+               "--router", policy, "--port", str(port), "--prefill-slots", "1",
+               "--cache-tokens", str(pool_tokens)]
     else:
         cmd = [sys.executable, "-m", "sglang_router.launch_router", "--worker-urls", *urls,
                "--policy", policy, "--port", str(port), "--host", "127.0.0.1"]
@@ -187,7 +189,8 @@ def main() -> int:
                 for url in urls:
                     urllib.request.urlopen(urllib.request.Request(url + "/flush_cache", b"", method="POST"),
                                            timeout=60)
-                row = run_router(name, urls, prompts, args.clients, args.max_new_tokens, logs)
+                row = run_router(name, urls, prompts, args.clients, args.max_new_tokens, logs,
+                                 args.pool_tokens)
                 row["repeat"] = repeat
                 rows.append(row)
                 print(json.dumps(row), flush=True)

@@ -190,6 +190,15 @@ def test_lbgr_little_keeps_groups_together_when_prefill_is_the_bottleneck():
     assert runs["little"].ttft_p50 < 0.5 * runs["paper"].ttft_p50
 
 
+def test_lbgr_index_forgets_past_the_workers_cache_and_cache_aware_does_not():
+    assert make_router("lbgr", 2, cache_tokens=300, max_index_tokens=None).indexes[0].max_tokens is None
+    for name, kept in (("lbgr", 600), ("cache_aware", 900)):
+        router = make_router(name, 2, cache_tokens=300)
+        for i in range(3):                                   # three 300-token chains, two workers
+            router.route(req(i, [10 * i + 1, 10 * i + 2, 10 * i + 3]), 0.0, [0, 0])
+        assert sum(index.tokens for index in router.indexes) == kept, name
+
+
 def test_lbgr_feature_sets():
     router = LBGRRouter(1, features="paper+intercept")
     assert router.phi(100, 200, 0.5).shape == (4,)

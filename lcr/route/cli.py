@@ -54,6 +54,8 @@ def register(subparsers) -> None:
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=30000)
     s.add_argument("--block-tokens", type=int, default=64, help="tokens per prefix block the router tracks")
+    s.add_argument("--cache-tokens", type=int,
+                   help="each worker's KV pool in tokens: LBGR forgets routed prefixes past it")
     add_service_flags(s)
     s.add_argument("--seed", type=int, default=0)
     s.set_defaults(func=serve)
@@ -190,7 +192,8 @@ def run(args) -> int:
             for policy in policies:
                 for spec in routers:
                     try:
-                        router = make_router(spec.name, workers, args.seed, service=service, **spec.kwargs)
+                        router = make_router(spec.name, workers, args.seed, service=service,
+                                             cache_tokens=size, **spec.kwargs)
                     except TypeError as err:
                         raise LcrInputError(f"router {spec.label}: {err}") from None
                     r = simulate(requests, router, policy=policy, cache_tokens=size,
@@ -220,12 +223,15 @@ def serve(args) -> int:
         raise LcrInputError(f"--port must be in 1..65535, got {args.port}")
     if args.block_tokens < 1:
         raise LcrInputError(f"--block-tokens must be at least 1, got {args.block_tokens}")
+    if args.cache_tokens is not None and args.cache_tokens < 1:
+        raise LcrInputError(f"--cache-tokens must be at least 1, got {args.cache_tokens}")
     specs = [PolicySpec.parse(item, registry=ROUTERS) for item in split_policies(args.router)]
     if len(specs) != 1:
         raise LcrInputError("--router: give exactly one router")
     service = service_model(args)
     try:
-        router = make_router(specs[0].name, len(urls), args.seed, service=service, **specs[0].kwargs)
+        router = make_router(specs[0].name, len(urls), args.seed, service=service,
+                             cache_tokens=args.cache_tokens, **specs[0].kwargs)
     except TypeError as err:
         raise LcrInputError(f"router {specs[0].label}: {err}") from None
     try:

@@ -272,10 +272,17 @@ ROUTERS = {
 
 
 def make_router(name: str, workers: int, seed: int = 0, service: ServiceModel | None = None,
-                **params) -> Router:
+                cache_tokens: int | None = None, **params) -> Router:
+    """``cache_tokens``: each worker's KV pool, when known. LBGR's approximate index then
+    forgets past it (unless ``max_index_tokens`` is given): a prefix the worker must have
+    evicted is not worth routing to, and believing it is makes LBGR spread a group over
+    workers that no longer hold it. cache_aware keeps sglang-router's tree, whose 2^26
+    characters per worker are never reached here."""
     if name not in ROUTERS:
         raise LcrInputError(f"unknown router {name!r}; valid: {', '.join(ROUTERS)}")
     if name == "lbgr":
+        if cache_tokens is not None:
+            params.setdefault("max_index_tokens", cache_tokens)
         return LBGRRouter(workers, seed, service=service, **params)
     try:
         return ROUTERS[name](workers, seed, **params)
