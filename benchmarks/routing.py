@@ -9,8 +9,8 @@ batched over 64 running requests: PREFILL_BOUND), each with 32,768 cache tokens 
 hold half of the 262,144 distinct system-prompt tokens). Routers: round_robin, cache_aware
 (sglang-router 0.3.2's rule), LBGR with the paper's greedy rule (queueing=none) and with
 lcr's queueing=little, each x {lru, rlt}; 3 arrival seeds, mean and spread (max - min).
-LBGR's index forgets past the worker's cache size (make_router's cache_tokens); the 4-worker
-table adds LBGR with an unbounded index (",uncapped") as the ablation.
+The 4-worker table adds LBGR and cache_aware whose index forgets past the worker's cache size
+(",capped").
 1. 4 workers at 12, 20 and 24 req/s (light, near saturation, overloaded).
 2. 2-10 workers at the paper's fixed 12 req/s.
 3. Skewed groups (bench_serving's zipf, alpha 1.0), 4 workers x 65,536 tokens, 28 req/s:
@@ -50,15 +50,18 @@ PREFILL_BOUND = ServiceModel(miss_s_per_token=1.5e-4, hit_s_per_token=1e-6, deco
 GSP = dict(prompt_tokens=2048 + 128, prefix_ratio=2048 / (2048 + 128), output_tokens=256)
 
 
-# Ablation: LBGR believing every routed prefix stays cached (an unbounded index).
-UNCAPPED = [("lbgr", {"queueing": "none", "max_index_tokens": None}),
-            ("lbgr", {"queueing": "little", "max_index_tokens": None})]
+# Ablation: LBGR's index forgetting past the worker's 32,768 cache tokens (least recently
+# routed first), as `serve-router --cache-tokens` does.
+# And cache_aware with its tree bounded likewise (sglang-router's default is 2^26 characters).
+CAPPED = [("lbgr", {"queueing": "none", "max_index_tokens": 32_768}),
+          ("lbgr", {"queueing": "little", "max_index_tokens": 32_768}),
+          ("cache_aware", {"max_index_tokens": 32_768})]
 
 
 def label(name, params):
-    if not params:
-        return name
-    return f"{name}:{params['queueing']}" + (",uncapped" if "max_index_tokens" in params else "")
+    tags = [params["queueing"]] if "queueing" in params else []
+    tags += ["capped"] if "max_index_tokens" in params else []
+    return f"{name}:{','.join(tags)}" if tags else name
 
 
 def cell(requests_for_seed, workers, cache_tokens, service, routers=ROUTERS):
@@ -67,8 +70,7 @@ def cell(requests_for_seed, workers, cache_tokens, service, routers=ROUTERS):
         for policy in POLICIES:
             runs, balanced = [], []
             for seed in SEEDS:
-                router = make_router(name, workers, seed, service=service, cache_tokens=cache_tokens,
-                                     **params)
+                router = make_router(name, workers, seed, service=service, **params)
                 runs.append(simulate(requests_for_seed(seed), router, policy=policy,
                                      cache_tokens=cache_tokens, service=service, seed=seed))
                 balanced.append(getattr(router, "balanced", 0))
@@ -106,7 +108,7 @@ def main() -> int:
 
     paper = []
     for rate in (12.0, 20.0, 24.0):
-        rows = cell(poisson(gsp, rate), 4, 32_768, PREFILL_BOUND, ROUTERS + UNCAPPED)
+        rows = cell(poisson(gsp, rate), 4, 32_768, PREFILL_BOUND, ROUTERS + CAPPED)
         for r in rows:
             r["rate"] = rate
         print_rows(f"GSP, 4 workers x 32,768 tokens, prefill-bound, Poisson {rate:g} req/s", rows)

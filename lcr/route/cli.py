@@ -55,7 +55,8 @@ def register(subparsers) -> None:
     s.add_argument("--port", type=int, default=30000)
     s.add_argument("--block-tokens", type=int, default=64, help="tokens per prefix block the router tracks")
     s.add_argument("--cache-tokens", type=int,
-                   help="each worker's KV pool in tokens: LBGR forgets routed prefixes past it")
+                   help="each worker's KV pool in tokens: LBGR forgets routed prefixes past it, "
+                        "least recently routed first (suits LRU workers)")
     add_service_flags(s)
     s.add_argument("--seed", type=int, default=0)
     s.set_defaults(func=serve)
@@ -192,8 +193,7 @@ def run(args) -> int:
             for policy in policies:
                 for spec in routers:
                     try:
-                        router = make_router(spec.name, workers, args.seed, service=service,
-                                             cache_tokens=size, **spec.kwargs)
+                        router = make_router(spec.name, workers, args.seed, service=service, **spec.kwargs)
                     except TypeError as err:
                         raise LcrInputError(f"router {spec.label}: {err}") from None
                     r = simulate(requests, router, policy=policy, cache_tokens=size,

@@ -273,11 +273,11 @@ ROUTERS = {
 
 def make_router(name: str, workers: int, seed: int = 0, service: ServiceModel | None = None,
                 cache_tokens: int | None = None, **params) -> Router:
-    """``cache_tokens``: each worker's KV pool, when known. LBGR's approximate index then
-    forgets past it (unless ``max_index_tokens`` is given): a prefix the worker must have
-    evicted is not worth routing to, and believing it is makes LBGR spread a group over
-    workers that no longer hold it. cache_aware keeps sglang-router's tree, whose 2^26
-    characters per worker are never reached here."""
+    """``cache_tokens``: each worker's KV pool, if the caller wants LBGR's approximate index
+    to forget past it (unless ``max_index_tokens`` is given), least recently routed first.
+    That order is LRU's: measured in docs/routing.md, it helps LBGR over LRU workers and
+    hurts it over RLT ones, so it is opt-in. cache_aware keeps sglang-router's tree, whose
+    2^26 characters per worker are never reached here."""
     if name not in ROUTERS:
         raise LcrInputError(f"unknown router {name!r}; valid: {', '.join(ROUTERS)}")
     if name == "lbgr":
