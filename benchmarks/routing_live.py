@@ -125,19 +125,19 @@ def flush(urls: list[str]) -> None:
 
 
 def calibrate(urls: list[str], prompts: list[str], samples: int = 3) -> tuple[float, float]:
-    """The workers' measured prefill seconds per uncached and per cached prompt token: each
-    sample prompt once on a flushed worker, then again (cached); medians over the samples.
-    LBGR is told these instead of the GPU defaults, whose scale is far from a CPU worker's."""
-    miss, hit = [], []
+    """What a cached prompt token saves on these workers, in seconds: each sample prompt once
+    on a flushed worker, then again (cached); (cold TTFT - warm TTFT) / cached tokens, the
+    median over the samples. A request's fixed costs (HTTP, tokenising, scheduling) cancel
+    in the difference; a cached token is taken as free. LBGR is told this instead of the
+    GPU defaults, whose scale is far from a CPU worker's."""
+    saved = []
     for text in prompts[:samples]:
         flush(urls)
         cold = one_request(urls[0], text, 1)
         warm = one_request(urls[0], text, 1)
-        miss.append(cold["ttft"] / max(1, cold["prompt"]))
-        uncached = max(1, warm["prompt"] - warm["cached"])
-        hit.append(max(0.0, warm["ttft"] - uncached * miss[-1]) / max(1, warm["cached"]))
+        saved.append(max(0.0, cold["ttft"] - warm["ttft"]) / max(1, warm["cached"]))
     flush(urls)
-    return float(np.median(miss)), float(np.median(hit))
+    return float(np.median(saved)), 0.0
 
 
 def run_router(name: str, urls: list[str], prompts: list[str], clients: int, max_new: int, logs: Path,
