@@ -139,7 +139,8 @@ def main() -> int:
     azure = DATA / "serving" / "AzureLLMInferenceTrace_conv.csv"
     if mooncake.exists() and azure.exists():
         from lcr.traces import load_trace
-        pairs = from_trace(load_trace(str(mooncake), limit=3000), 512)
+        # load_trace's limit counts block references, not requests: slice requests instead.
+        pairs = from_trace(load_trace(str(mooncake)), 512)[:3000]
         arrivals = azure_arrivals(azure, len(pairs), rate=1.5)
         rows = cell(lambda seed: with_arrivals(pairs, arrivals), 4, 200_000, ServiceModel())
         print_rows("Mooncake conversations (3,000 requests), Azure conv arrivals at 1.5 req/s, "
