@@ -142,7 +142,7 @@ def calibrate(urls: list[str], prompts: list[str], samples: int = 3) -> tuple[fl
 
 def run_router(name: str, urls: list[str], prompts: list[str], clients: int, max_new: int, logs: Path,
                pool_tokens: int, service_flags: list[str]) -> dict:
-    kind, policy = name.split(":")
+    kind, policy = name.split(":", 1)   # lcr routers may carry parameters: lcr:lbgr:queueing=none
     port = free_port()
     if kind == "lcr":
         # The CPU workers' prefill is compute-bound: one prompt at a time (--prefill-slots 1).
