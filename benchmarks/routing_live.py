@@ -151,7 +151,8 @@ def run_router(name: str, urls: list[str], prompts: list[str], clients: int, max
                "--cache-tokens", str(pool_tokens), *service_flags]
     else:
         cmd = [sys.executable, "-m", "sglang_router.launch_router", "--worker-urls", *urls,
-               "--policy", policy, "--port", str(port), "--host", "127.0.0.1"]
+               "--policy", policy, "--port", str(port), "--host", "127.0.0.1",
+               "--prometheus-port", str(free_port())]   # its default 29000 may be taken
     log = logs / f"router-{kind}-{policy}.log"
     proc = start(cmd, log)
     url = f"http://127.0.0.1:{port}"
