@@ -141,14 +141,15 @@ def calibrate(urls: list[str], prompts: list[str], samples: int = 3) -> tuple[fl
 
 
 def run_router(name: str, urls: list[str], prompts: list[str], clients: int, max_new: int, logs: Path,
-               pool_tokens: int, service_flags: list[str]) -> dict:
+               service_flags: list[str]) -> dict:
     kind, policy = name.split(":", 1)   # lcr routers may carry parameters: lcr:lbgr:queueing=none
     port = free_port()
     if kind == "lcr":
         # The CPU workers' prefill is compute-bound: one prompt at a time (--prefill-slots 1).
+        # LBGR's index is not capped at the pool (--cache-tokens): measured live, the cap
+        # lowered its cached ratio (docs/routing.md).
         cmd = [sys.executable, "-m", "lcr", "serve-router", "--worker-urls", ",".join(urls),
-               "--router", policy, "--port", str(port), "--prefill-slots", "1",
-               "--cache-tokens", str(pool_tokens), *service_flags]
+               "--router", policy, "--port", str(port), "--prefill-slots", "1", *service_flags]
     else:
         cmd = [sys.executable, "-m", "sglang_router.launch_router", "--worker-urls", *urls,
                "--policy", policy, "--port", str(port), "--host", "127.0.0.1",
@@ -217,7 +218,7 @@ def main() -> int:
             for name in (names if repeat % 2 == 0 else names[::-1]):
                 flush(urls)
                 row = run_router(name, urls, prompts, args.clients, args.max_new_tokens, logs,
-                                 args.pool_tokens, service_flags)
+                                 service_flags)
                 row["repeat"] = repeat
                 rows.append(row)
                 print(json.dumps(row), flush=True)
