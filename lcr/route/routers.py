@@ -15,7 +15,8 @@ router has.
 - ``lbgr``: learning-based greedy routing (the RLT/LBGR paper): predicted latency
   E_i = Cost_i + P_i + theta_i . phi_i, with Cost_i from the approximate prefix match,
   P_i an exponentially decaying queue load and theta_i a per-worker recursive least
-  squares fit of the measured latency minus the model's estimate.
+  squares fit of the measured latency minus the model's estimate; by default lcr adds the
+  delay a request's work imposes on those after it (``queueing=little``, see LBGRRouter).
 """
 from __future__ import annotations
 
