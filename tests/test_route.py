@@ -168,6 +168,11 @@ def test_lbgr_little_keeps_a_prefix_where_the_paper_rule_moves_it():
     router.indexes[0].insert(BlockRequest((1, 2, 3), (100,) * 3))
     router.load = [0.5, 0.0]
     assert router.route(request, 0.0, [0, 0]) == 1
+    # The prefix's worker is busy and the other idle: a miss there delays no one, so the
+    # request goes there (0.1 s own + 0.1 s x 6 behind at worker 0, against 0.4 s at worker 1).
+    router = LBGRRouter(2, service=service, learn=False, queueing="little")
+    router.indexes[0].insert(BlockRequest((1, 2, 3), (100,) * 3))
+    assert router.route(request, 0.0, [6, 0]) == 1
     with pytest.raises(ValueError):
         LBGRRouter(1, queueing="bogus")
 
