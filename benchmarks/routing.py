@@ -2,14 +2,24 @@
 
     python benchmarks/routing.py [--out benchmarks/results/routing.json] [--plot docs/routing/routing.png]
 
-1. The paper's setup: 4 workers, SGLang's generated shared prefix (128 groups x 32 prompts,
-   prefix ratio 0.5), Poisson arrivals at rates from light load to queueing; every router
-   (random, round_robin, cache_aware, LBGR with the paper's features and with the authors'
-   intercept only) x {lru, rlt}; 3 arrival seeds each, mean and spread.
-2. Worker counts 2-10 at a fixed load per worker.
-3. Mooncake conversation requests with Azure conversation-trace arrivals (when ../shared/data
+The paper's setup: SGLang's generated shared prefix with bench_serving's lengths (128 groups
+x 32 prompts, 2,048-token system prompt + 128-token question, 256 output tokens, groups
+shuffled) on workers whose prefill is compute-bound (one prompt prefilled at a time, decode
+batched over 64 running requests: PREFILL_BOUND), each with 32,768 cache tokens (4 workers
+hold half of the 262,144 distinct system-prompt tokens). Routers: round_robin, cache_aware
+(sglang-router 0.3.2's rule), LBGR with the paper's greedy rule (queueing=none) and with
+lcr's queueing=little, each x {lru, rlt}; 3 arrival seeds, mean and spread (max - min).
+The 4-worker table adds LBGR and cache_aware whose index forgets past the worker's cache size
+(",capped").
+1. 4 workers at 12, 20 and 24 req/s (light, near saturation, overloaded).
+2. 2-10 workers at the paper's fixed 12 req/s.
+3. Skewed groups (bench_serving's zipf, alpha 1.0), 4 workers x 65,536 tokens, 28 req/s:
+   the hot group's worker overloads and cache_aware's imbalance rule fires.
+4. The earlier setup, for contrast: 1,024-token prompts (prefix ratio 0.5), 128 output
+   tokens, every slot prefilling on its own (ServiceModel's defaults), 16,384 tokens, 10 req/s.
+5. Mooncake conversation requests with Azure conversation-trace arrivals (when ../shared/data
    is present).
-All numbers are simulated seconds under lcr.route.service.ServiceModel's defaults.
+All numbers are simulated seconds.
 """
 from __future__ import annotations
 
@@ -29,41 +39,59 @@ from lcr.route.workload import (azure_arrivals, from_trace, poisson_arrivals, sh
                                 with_arrivals)
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
-ROUTERS = [("random", {}), ("round_robin", {}), ("cache_aware", {}),
-           ("lbgr", {"features": "paper"}), ("lbgr", {"features": "intercept"})]
+ROUTERS = [("round_robin", {}), ("cache_aware", {}), ("lbgr", {"queueing": "none"}),
+           ("lbgr", {"queueing": "little"})]
 POLICIES = ("lru", "rlt")
 SEEDS = (0, 1, 2)
+# Of the order of Llama-3.1-8B on one L40 (the paper's main hardware): 6,700 prefill tokens/s,
+# cached tokens almost free, 25 ms per decode step, 64 running requests.
+PREFILL_BOUND = ServiceModel(miss_s_per_token=1.5e-4, hit_s_per_token=1e-6, decode_s_per_token=0.025,
+                             slots=64, prefill_slots=1)
+GSP = dict(prompt_tokens=2048 + 128, prefix_ratio=2048 / (2048 + 128), output_tokens=256)
+
+
+# Ablation: LBGR's index forgetting past the worker's 32,768 cache tokens (least recently
+# routed first), as `serve-router --cache-tokens` does.
+# And cache_aware with its tree bounded likewise (sglang-router's default is 2^26 characters).
+CAPPED = [("lbgr", {"queueing": "none", "max_index_tokens": 32_768}),
+          ("lbgr", {"queueing": "little", "max_index_tokens": 32_768}),
+          ("cache_aware", {"max_index_tokens": 32_768})]
 
 
 def label(name, params):
-    return name if not params else f"{name}:{params['features']}"
+    tags = [params["queueing"]] if "queueing" in params else []
+    tags += ["capped"] if "max_index_tokens" in params else []
+    return f"{name}:{','.join(tags)}" if tags else name
 
 
-def cell(requests_for_seed, workers, cache_tokens, service):
+def cell(requests_for_seed, workers, cache_tokens, service, routers=ROUTERS):
     rows = []
-    for name, params in ROUTERS:
+    for name, params in routers:
         for policy in POLICIES:
-            runs = [simulate(requests_for_seed(seed), make_router(name, workers, seed, service=service, **params),
-                             policy=policy, cache_tokens=cache_tokens, service=service, seed=seed)
-                    for seed in SEEDS]
+            runs, balanced = [], []
+            for seed in SEEDS:
+                router = make_router(name, workers, seed, service=service, **params)
+                runs.append(simulate(requests_for_seed(seed), router, policy=policy,
+                                     cache_tokens=cache_tokens, service=service, seed=seed))
+                balanced.append(getattr(router, "balanced", 0))
             metrics = {}
             for key in ("hit_rate", "ttft_p50", "ttft_p95", "latency_p50", "latency_p95", "throughput"):
                 values = np.array([getattr(r, key) for r in runs])
                 metrics[key] = float(values.mean())
                 metrics[key + "_spread"] = float(values.max() - values.min())
             rows.append({"router": label(name, params), "policy": policy, "workers": workers,
-                         "cache_tokens": cache_tokens, **metrics})
+                         "cache_tokens": cache_tokens, "balanced": float(np.mean(balanced)), **metrics})
     return rows
 
 
 def print_rows(title, rows):
     print(f"\n## {title}")
-    print(f"{'router':<18} {'policy':<6} {'W':>3} {'hit rate':>9} {'TTFT p50':>9} {'TTFT p95':>9} "
-          f"{'lat p50':>8} {'lat p95':>8} {'req/s':>6}")
+    print(f"{'router':<18} {'policy':<6} {'W':>3} {'hit rate':>14} {'TTFT p50':>9} {'TTFT p95':>15} "
+          f"{'lat p50':>8} {'req/s':>6} {'CA bal':>7}")
     for r in rows:
-        print(f"{r['router']:<18} {r['policy']:<6} {r['workers']:>3} {r['hit_rate']:>9.4f} "
-              f"{r['ttft_p50']:>9.2f} {r['ttft_p95']:>9.2f} {r['latency_p50']:>8.2f} "
-              f"{r['latency_p95']:>8.2f} {r['throughput']:>6.2f}", flush=True)
+        print(f"{r['router']:<18} {r['policy']:<6} {r['workers']:>3} {r['hit_rate']:>7.4f} ({r['hit_rate_spread']:.3f}) "
+              f"{r['ttft_p50']:>9.2f} {r['ttft_p95']:>8.2f} ({r['ttft_p95_spread']:.2f}) "
+              f"{r['latency_p50']:>8.2f} {r['throughput']:>6.2f} {r['balanced']:>7.0f}", flush=True)
 
 
 def main() -> int:
@@ -71,39 +99,50 @@ def main() -> int:
     parser.add_argument("--out", default="benchmarks/results/routing.json")
     parser.add_argument("--plot", default="docs/routing/routing.png")
     args = parser.parse_args()
-    service = ServiceModel()
     started = time.time()
-    result = {"service": service.__dict__, "seeds": list(SEEDS)}
+    result = {"service": PREFILL_BOUND.__dict__, "gsp": GSP, "seeds": list(SEEDS)}
+    gsp = {seed: shared_prefix(seed=seed, **GSP) for seed in SEEDS}
 
-    gsp = {seed: shared_prefix(seed=seed) for seed in SEEDS}
+    def poisson(pairs, rate):
+        return lambda seed: with_arrivals(pairs[seed], poisson_arrivals(len(pairs[seed]), rate, seed))
+
     paper = []
-    for rate in (6.0, 10.0, 12.0):
-        rows = cell(lambda seed: with_arrivals(gsp[seed], poisson_arrivals(len(gsp[seed]), rate, seed)),
-                    4, 16_384, service)
+    for rate in (12.0, 20.0, 24.0):
+        rows = cell(poisson(gsp, rate), 4, 32_768, PREFILL_BOUND, ROUTERS + CAPPED)
         for r in rows:
             r["rate"] = rate
-        print_rows(f"GSP, 4 workers, 16,384 cache tokens each, Poisson {rate:g} req/s", rows)
+        print_rows(f"GSP, 4 workers x 32,768 tokens, prefill-bound, Poisson {rate:g} req/s", rows)
         paper += rows
     result["gsp_rates"] = paper
 
     scaling = []
     for workers in (2, 4, 6, 8, 10):
-        rate = 2.5 * workers  # about 85% of the default service model's capacity
-        rows = cell(lambda seed: with_arrivals(gsp[seed], poisson_arrivals(len(gsp[seed]), rate, seed)),
-                    workers, 16_384, service)
+        rows = cell(poisson(gsp, 12.0), workers, 32_768, PREFILL_BOUND)
         for r in rows:
-            r["rate"] = rate
-        print_rows(f"GSP, {workers} workers, Poisson {rate:g} req/s", rows)
+            r["rate"] = 12.0
+        print_rows(f"GSP, {workers} workers x 32,768 tokens, prefill-bound, Poisson 12 req/s", rows)
         scaling += rows
     result["gsp_workers"] = scaling
+
+    zipf = {seed: shared_prefix(seed=seed, zipf_alpha=1.0, **GSP) for seed in SEEDS}
+    rows = cell(poisson(zipf, 28.0), 4, 65_536, PREFILL_BOUND)
+    print_rows("GSP with zipf(1.0) groups, 4 workers x 65,536 tokens, prefill-bound, Poisson 28 req/s", rows)
+    result["gsp_zipf"] = rows
+
+    earlier = {seed: shared_prefix(seed=seed) for seed in SEEDS}
+    rows = cell(poisson(earlier, 10.0), 4, 16_384, ServiceModel())
+    print_rows("Earlier setup: GSP 1,024-token prompts (ratio 0.5), 128 output tokens, "
+               "parallel prefill (ServiceModel defaults), 4 x 16,384 tokens, 10 req/s", rows)
+    result["gsp_parallel_prefill"] = rows
 
     mooncake = DATA / "kv" / "mooncake_conversation_trace.jsonl"
     azure = DATA / "serving" / "AzureLLMInferenceTrace_conv.csv"
     if mooncake.exists() and azure.exists():
         from lcr.traces import load_trace
-        pairs = from_trace(load_trace(str(mooncake), limit=3000), 512)
+        # load_trace's limit counts block references, not requests: slice requests instead.
+        pairs = from_trace(load_trace(str(mooncake)), 512)[:3000]
         arrivals = azure_arrivals(azure, len(pairs), rate=1.5)
-        rows = cell(lambda seed: with_arrivals(pairs, arrivals), 4, 200_000, service)
+        rows = cell(lambda seed: with_arrivals(pairs, arrivals), 4, 200_000, ServiceModel())
         print_rows("Mooncake conversations (3,000 requests), Azure conv arrivals at 1.5 req/s, "
                    "4 workers x 200,000 tokens", rows)
         result["mooncake"] = rows
@@ -131,9 +170,10 @@ def plot(paper, scaling, path):
             axes[2].plot([r["workers"] for r in rows], [r["hit_rate"] for r in rows], style, marker="o")
     axes[0].set(xlabel="arrival rate (req/s), 4 workers", ylabel="cluster token hit rate")
     axes[1].set(xlabel="arrival rate (req/s), 4 workers", ylabel="TTFT p50 (s)", yscale="log")
-    axes[2].set(xlabel="workers (2.5 req/s each)", ylabel="cluster token hit rate")
+    axes[2].set(xlabel="workers (12 req/s)", ylabel="cluster token hit rate")
     axes[0].legend(fontsize=7)
-    fig.suptitle("lcr sim-route: generated shared prefix (128 groups x 32 prompts, prefix ratio 0.5)")
+    fig.suptitle("lcr sim-route: generated shared prefix (128 groups x 32 prompts, 2,048 + 128 tokens), "
+                 "prefill-bound workers, 32,768 cache tokens each")
     fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     fig.savefig(path, dpi=110)

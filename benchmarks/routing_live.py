@@ -119,15 +119,41 @@ def one_request(url: str, text: str, max_new_tokens: int) -> dict:
             "prompt": meta.get("prompt_tokens", 0), "cached": meta.get("cached_tokens", 0)}
 
 
-def run_router(name: str, urls: list[str], prompts: list[str], clients: int, max_new: int, logs: Path) -> dict:
-    kind, policy = name.split(":")
+def flush(urls: list[str]) -> None:
+    for url in urls:
+        urllib.request.urlopen(urllib.request.Request(url + "/flush_cache", b"", method="POST"), timeout=60)
+
+
+def calibrate(urls: list[str], prompts: list[str], samples: int = 3) -> tuple[float, float]:
+    """What a cached prompt token saves on these workers, in seconds: each sample prompt once
+    on a flushed worker, then again (cached); (cold TTFT - warm TTFT) / cached tokens, the
+    median over the samples. A request's fixed costs (HTTP, tokenising, scheduling) cancel
+    in the difference; a cached token is taken as free. LBGR is told this instead of the
+    GPU defaults, whose scale is far from a CPU worker's."""
+    saved = []
+    for text in prompts[:samples]:
+        flush(urls)
+        cold = one_request(urls[0], text, 1)
+        warm = one_request(urls[0], text, 1)
+        saved.append(max(0.0, cold["ttft"] - warm["ttft"]) / max(1, warm["cached"]))
+    flush(urls)
+    return float(np.median(saved)), 0.0
+
+
+def run_router(name: str, urls: list[str], prompts: list[str], clients: int, max_new: int, logs: Path,
+               service_flags: list[str]) -> dict:
+    kind, policy = name.split(":", 1)   # lcr routers may carry parameters: lcr:lbgr:queueing=none
     port = free_port()
     if kind == "lcr":
+        # The CPU workers' prefill is compute-bound: one prompt at a time (--prefill-slots 1).
+        # LBGR's index is not capped at the pool (--cache-tokens): measured live, the cap
+        # lowered its cached ratio (docs/routing.md).
         cmd = [sys.executable, "-m", "lcr", "serve-router", "--worker-urls", ",".join(urls),
-               "--router", policy, "--port", str(port)]
+               "--router", policy, "--port", str(port), "--prefill-slots", "1", *service_flags]
     else:
         cmd = [sys.executable, "-m", "sglang_router.launch_router", "--worker-urls", *urls,
-               "--policy", policy, "--port", str(port), "--host", "127.0.0.1"]
+               "--policy", policy, "--port", str(port), "--host", "127.0.0.1",
+               "--prometheus-port", str(free_port())]   # its default 29000 may be taken
     log = logs / f"router-{kind}-{policy}.log"
     proc = start(cmd, log)
     url = f"http://127.0.0.1:{port}"
@@ -161,6 +187,8 @@ def main() -> int:
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--max-new-tokens", type=int, default=4)
     parser.add_argument("--routers", default=",".join(ROUTERS))
+    parser.add_argument("--calibrate", action="store_true",
+                        help="measure the workers' prefill cost per token first and give it to lcr's routers")
     parser.add_argument("--out", default="benchmarks/results/routing_live.json")
     args = parser.parse_args()
     from sglang_e2e_model import build_tiny_llama
@@ -175,18 +203,22 @@ def main() -> int:
                               "--model-path", str(model), "--device", "cpu", "--attention-backend",
                               "torch_native", "--max-total-tokens", str(args.pool_tokens), "--port",
                               str(port), "--skip-server-warmup"], logs / f"worker{i}.log"))
-    rows = []
+    rows, service_flags = [], []
     try:
         for i, url in enumerate(urls):
             wait_http(url + "/health", workers[i], 900, logs / f"worker{i}.log")
         prompts = workload(args.groups, args.prompts, prefix_words=300, suffix_words=100)
         names = [n for n in args.routers.split(",") if n]
+        if args.calibrate:
+            miss, hit = calibrate(urls, prompts)
+            service_flags = ["--miss-s-per-token", f"{miss:.3g}", "--hit-s-per-token", f"{hit:.3g}"]
+            print(f"calibrated: {miss * 1e3:.3f} ms per uncached token, {hit * 1e3:.4f} ms per cached "
+                  f"token", flush=True)
         for repeat in range(args.repeats):
             for name in (names if repeat % 2 == 0 else names[::-1]):
-                for url in urls:
-                    urllib.request.urlopen(urllib.request.Request(url + "/flush_cache", b"", method="POST"),
-                                           timeout=60)
-                row = run_router(name, urls, prompts, args.clients, args.max_new_tokens, logs)
+                flush(urls)
+                row = run_router(name, urls, prompts, args.clients, args.max_new_tokens, logs,
+                                 service_flags)
                 row["repeat"] = repeat
                 rows.append(row)
                 print(json.dumps(row), flush=True)
@@ -209,7 +241,8 @@ def main() -> int:
               f"{s['req_per_s'][0]:>6.2f}±{s['req_per_s'][1] / 2:.2f} "
               f"{'' if s['route_us'] is None else format(s['route_us'], '9.0f')}")
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    Path(args.out).write_text(json.dumps({"args": vars(args), "rows": rows, "summary": summary}, indent=1))
+    Path(args.out).write_text(json.dumps({"args": vars(args), "service_flags": service_flags, "rows": rows,
+                                          "summary": summary}, indent=1))
     return 0
 
 

@@ -98,9 +98,12 @@ def test_lbgr_learns_a_planted_per_worker_slowdown_and_routes_around_it(features
     slow = ServiceModel(6e-4, 3e-5, 0.03, 4)
     pairs = shared_prefix(groups=64, prompts=8, prompt_tokens=512, output_tokens=32, seed=3)
     requests = with_arrivals(pairs, poisson_arrivals(len(pairs), 8.0, seed=3))
-    learned = LBGRRouter(2, service=base, features=features)
+    # queueing=none: the outstanding-count term would route around the slow worker on its
+    # own; this test isolates what the residual model learns.
+    learned = LBGRRouter(2, service=base, features=features, queueing="none")
     out = simulate(requests, learned, cache_tokens=8192, service=[base, slow])
-    blind = simulate(requests, LBGRRouter(2, service=base, features=features, learn=False),
+    blind = simulate(requests, LBGRRouter(2, service=base, features=features, learn=False,
+                                          queueing="none"),
                      cache_tokens=8192, service=[base, slow])
     probe = learned.phi(0, 512, 0.0)
     assert learned.models[1].predict(probe) > learned.models[0].predict(probe) + 0.05
@@ -133,6 +136,72 @@ def test_lbgr_spreads_a_requests_cost_over_the_workers_slots():
     router = LBGRRouter(1, service=service, learn=False)
     router.route(req(0, [1], tokens=1000), 0.0, [0])
     assert router.load[0] == pytest.approx(0.25)
+
+
+def test_lbgr_load_takes_a_serialised_prefill_whole():
+    """With one prefill lane a miss's prefill delays every later request by all of it."""
+    service = ServiceModel(miss_s_per_token=1e-3, hit_s_per_token=0.0, decode_s_per_token=0.01,
+                           slots=4, prefill_slots=1)
+    assert service.occupancy(0, 1000, 40) == pytest.approx(1.0 + 0.4 / 4)
+    router = LBGRRouter(1, service=service, learn=False)
+    router.route(req(0, [1], tokens=1000), 0.0, [0])
+    assert router.load[0] == pytest.approx(1.0)   # no completions yet: mean output 0
+
+
+def test_lbgr_little_keeps_a_prefix_where_the_paper_rule_moves_it():
+    """Worker 0 holds the prefix but carries more recent load than a hit saves; both workers
+    have requests in flight. The paper's rule (own latency) moves the request to worker 1
+    and pays a full prefill there; queueing=little counts that prefill against the requests
+    queued behind it and keeps the request where its prefix is."""
+    service = ServiceModel(miss_s_per_token=1e-3, hit_s_per_token=0.0, decode_s_per_token=0.0,
+                           slots=4, prefill_slots=1)
+    request = req(0, [1, 2, 3, 4], tokens=100)          # 400 tokens, 300 of them at worker 0
+    picks = {}
+    for queueing in ("none", "little"):
+        router = LBGRRouter(2, service=service, learn=False, queueing=queueing)
+        router.indexes[0].insert(BlockRequest((1, 2, 3), (100,) * 3))
+        router.load = [0.5, 0.0]     # hit saves 0.3 s, worker 0 is 0.5 s more loaded
+        picks[queueing] = router.route(request, 0.0, [3, 3])
+    assert picks == {"none": 1, "little": 0}
+    # Nothing in flight anywhere: the two rules agree (own latency only).
+    router = LBGRRouter(2, service=service, learn=False, queueing="little")
+    router.indexes[0].insert(BlockRequest((1, 2, 3), (100,) * 3))
+    router.load = [0.5, 0.0]
+    assert router.route(request, 0.0, [0, 0]) == 1
+    # The prefix's worker is busy and the other idle: a miss there delays no one, so the
+    # request goes there (0.1 s own + 0.1 s x 6 behind at worker 0, against 0.4 s at worker 1).
+    router = LBGRRouter(2, service=service, learn=False, queueing="little")
+    router.indexes[0].insert(BlockRequest((1, 2, 3), (100,) * 3))
+    assert router.route(request, 0.0, [6, 0]) == 1
+    with pytest.raises(ValueError):
+        LBGRRouter(1, queueing="bogus")
+
+
+def test_lbgr_little_keeps_groups_together_when_prefill_is_the_bottleneck():
+    """Prefill-bound cluster near saturation (the paper's regime): the paper's greedy rule
+    scatters groups as load noise outweighs a hit, misses eat capacity and queues run away;
+    queueing=little holds cache_aware's hit rate and keeps TTFT low."""
+    service = ServiceModel(miss_s_per_token=1.5e-4, hit_s_per_token=1e-6, decode_s_per_token=0.025,
+                           slots=64, prefill_slots=1)
+    pairs = shared_prefix(groups=32, prompts=24, prompt_tokens=2176, prefix_ratio=2048 / 2176,
+                          output_tokens=256, seed=0)
+    requests = with_arrivals(pairs, poisson_arrivals(len(pairs), 10.0, seed=0))
+    runs = {name: simulate(requests, router, cache_tokens=16384, service=service)
+            for name, router in (("ca", make_router("cache_aware", 2)),
+                                 ("paper", LBGRRouter(2, service=service, queueing="none")),
+                                 ("little", LBGRRouter(2, service=service)))}
+    assert runs["little"].hit_rate > runs["ca"].hit_rate - 0.03
+    assert runs["little"].hit_rate > runs["paper"].hit_rate + 0.1
+    assert runs["little"].ttft_p50 < 0.5 * runs["paper"].ttft_p50
+
+
+def test_lbgr_index_forgets_past_the_workers_cache_and_cache_aware_does_not():
+    assert make_router("lbgr", 2, cache_tokens=300, max_index_tokens=None).indexes[0].max_tokens is None
+    for name, kept in (("lbgr", 600), ("cache_aware", 900)):
+        router = make_router(name, 2, cache_tokens=300)
+        for i in range(3):                                   # three 300-token chains, two workers
+            router.route(req(i, [10 * i + 1, 10 * i + 2, 10 * i + 3]), 0.0, [0, 0])
+        assert sum(index.tokens for index in router.indexes) == kept, name
 
 
 def test_lbgr_feature_sets():
@@ -208,6 +277,40 @@ def test_shared_prefix_workload_shape():
     assert len(first) == 4                         # one shared 150-token prefix (3 blocks) per group
     assert all(r.total_tokens == 300 for r, _ in pairs)
     assert len({r.paths[-1] for r, _ in pairs}) == 12
+
+
+def test_shared_prefix_zipf_groups_follow_their_rank():
+    uniform = shared_prefix(groups=8, prompts=50, prompt_tokens=128, prefix_ratio=0.5, seed=1)
+    skewed = shared_prefix(groups=8, prompts=50, prompt_tokens=128, prefix_ratio=0.5,
+                           zipf_alpha=1.2, seed=1)
+    def sizes(pairs):
+        counts = {}
+        for r, _ in pairs:
+            counts[r.paths[0]] = counts.get(r.paths[0], 0) + 1
+        return [counts.get(g, 0) for g in range(0, 8)]   # group g's first block is path g
+    assert sizes(uniform) == [50] * 8
+    skew = sizes(skewed)
+    assert sum(skew) == 400 and skew[0] > 2 * skew[3] > 0
+    assert len({r.paths[-1] for r, _ in skewed}) == 400       # every question its own
+    with pytest.raises(ValueError):
+        shared_prefix(zipf_alpha=-1)
+
+
+def test_one_prefill_lane_queues_prefills_but_not_decodes():
+    service = ServiceModel(miss_s_per_token=0.01, hit_s_per_token=0.0, decode_s_per_token=0.1,
+                           slots=2, prefill_slots=1)
+    requests = [RoutedRequest(0, 0.0, BlockRequest((0,), (10,)), 5),
+                RoutedRequest(1, 0.0, BlockRequest((1,), (10,)), 5)]
+    out = simulate(requests, make_router("round_robin", 1), cache_tokens=100, service=service)
+    # Prefills 0.1 s each, one after the other: TTFTs 0.1 and 0.2. Decodes overlap: done at
+    # 0.6 and 0.7. With a lane per slot both would have TTFT 0.1 and finish at 0.6.
+    assert out.ttft_p50 == pytest.approx(0.15)
+    assert out.latency_p95 == pytest.approx(0.6 + 0.95 * 0.1)
+    parallel = simulate(requests, make_router("round_robin", 1), cache_tokens=100,
+                        service=ServiceModel(0.01, 0.0, 0.1, slots=2))
+    assert parallel.ttft_p95 == pytest.approx(0.1) and parallel.latency_p95 == pytest.approx(0.6)
+    with pytest.raises(ValueError):
+        ServiceModel(slots=2, prefill_slots=3)
 
 
 def test_azure_arrivals_follow_the_trace_and_rescale():

@@ -25,7 +25,7 @@ def register(subparsers) -> None:
                     "throughput and per-worker load for every router x cache policy x worker count.")
     p.add_argument("workload",
                    help="gsp[:groups=128,prompts=32,prompt_tokens=1024,prefix_ratio=0.5,"
-                        "output_tokens=128,order=shuffled], a Mooncake JSONL file, or a prefix-block "
+                        "output_tokens=128,order=shuffled,zipf_alpha=0], a Mooncake JSONL file, or a prefix-block "
                         "generator spec (online_qa:..., aibrix:...)")
     p.add_argument("--routers", default="random,round_robin,cache_aware,lbgr",
                    help=f"comma-separated, from {', '.join(ROUTERS)}; parameters after ':' "
@@ -54,6 +54,9 @@ def register(subparsers) -> None:
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=30000)
     s.add_argument("--block-tokens", type=int, default=64, help="tokens per prefix block the router tracks")
+    s.add_argument("--cache-tokens", type=int,
+                   help="each worker's KV pool in tokens: LBGR forgets routed prefixes past it, "
+                        "least recently routed first (suits LRU workers)")
     add_service_flags(s)
     s.add_argument("--seed", type=int, default=0)
     s.set_defaults(func=serve)
@@ -68,10 +71,14 @@ def add_service_flags(parser) -> None:
     parser.add_argument("--decode-s-per-token", type=float, default=ServiceModel.decode_s_per_token)
     parser.add_argument("--slots", type=int, default=ServiceModel.slots,
                         help="requests a worker runs at once")
+    parser.add_argument("--prefill-slots", type=int, default=ServiceModel.prefill_slots,
+                        help="requests a worker prefills at once (0: every slot on its own; 1: "
+                             "prefill is compute-bound and queues, as on a real GPU)")
 
 
 def service_model(args) -> ServiceModel:
-    return ServiceModel(args.miss_s_per_token, args.hit_s_per_token, args.decode_s_per_token, args.slots)
+    return ServiceModel(args.miss_s_per_token, args.hit_s_per_token, args.decode_s_per_token, args.slots,
+                        args.prefill_slots)
 
 
 def _ints(text: str, flag: str, low: int = 1, high: int = 1 << 40) -> list[int]:
@@ -105,7 +112,7 @@ def load_requests(spec: str, block_tokens: int, seed: int, limit: int | None):
     if name == "gsp":
         params = _spec_params(rest)
         kinds = dict(groups=int, prompts=int, prompt_tokens=int, prefix_ratio=float,
-                     output_tokens=int, order=str, seed=int)
+                     output_tokens=int, order=str, zipf_alpha=float, seed=int)
         unknown = set(params) - set(kinds)
         if unknown:
             raise LcrInputError(f"gsp: unknown parameter(s) {', '.join(sorted(unknown))}; "
@@ -216,12 +223,15 @@ def serve(args) -> int:
         raise LcrInputError(f"--port must be in 1..65535, got {args.port}")
     if args.block_tokens < 1:
         raise LcrInputError(f"--block-tokens must be at least 1, got {args.block_tokens}")
+    if args.cache_tokens is not None and args.cache_tokens < 1:
+        raise LcrInputError(f"--cache-tokens must be at least 1, got {args.cache_tokens}")
     specs = [PolicySpec.parse(item, registry=ROUTERS) for item in split_policies(args.router)]
     if len(specs) != 1:
         raise LcrInputError("--router: give exactly one router")
     service = service_model(args)
     try:
-        router = make_router(specs[0].name, len(urls), args.seed, service=service, **specs[0].kwargs)
+        router = make_router(specs[0].name, len(urls), args.seed, service=service,
+                             cache_tokens=args.cache_tokens, **specs[0].kwargs)
     except TypeError as err:
         raise LcrInputError(f"router {specs[0].label}: {err}") from None
     try:

@@ -15,7 +15,8 @@ router has.
 - ``lbgr``: learning-based greedy routing (the RLT/LBGR paper): predicted latency
   E_i = Cost_i + P_i + theta_i . phi_i, with Cost_i from the approximate prefix match,
   P_i an exponentially decaying queue load and theta_i a per-worker recursive least
-  squares fit of the measured latency minus the model's estimate.
+  squares fit of the measured latency minus the model's estimate; by default lcr adds the
+  delay a request's work imposes on those after it (``queueing=little``, see LBGRRouter).
 """
 from __future__ import annotations
 
@@ -102,6 +103,7 @@ class CacheAwareRouter(Router):
         self.balance_abs = balance_abs
         self.balance_rel = balance_rel
         self.indexes = [ApproxPrefixIndex(max_index_tokens) for _ in range(workers)]
+        self.balanced = 0   # decisions the load-imbalance rule made (a measurement)
 
     def imbalanced(self, loads: Sequence[int]) -> bool:
         high, low = max(loads), min(loads)
@@ -112,6 +114,7 @@ class CacheAwareRouter(Router):
         # Ties go to the lowest worker index.
         if self.imbalanced([outstanding[w] for w in alive]):
             worker = min(alive, key=lambda w: outstanding[w])
+            self.balanced += 1
         else:
             matches = {w: self.indexes[w].match(request.request) for w in alive}
             best = max(alive, key=lambda w: matches[w])
@@ -140,18 +143,31 @@ class LBGRRouter(Router):
     what is left of its share. ``hysteresis``: a worker with a longer prefix match is kept
     when its estimate is within this fraction of the best (stickiness keeps prefixes
     together when workers are nearly tied).
+
+    ``queueing``: what a choice costs the requests after it. ``none`` is the paper's greedy
+    rule (the request's own predicted latency only). ``little`` (lcr's default) adds the
+    delay the request's work imposes on later requests at that worker: its occupancy
+    (``ServiceModel.occupancy``: the worker capacity it takes, so a miss costs its full
+    prefill) times the number of requests expected to arrive there while it is in flight,
+    which by Little's law is about the number in flight there now (``outstanding``). Under
+    load a miss then costs what it really costs the cluster, and groups stay together;
+    idle workers (nothing outstanding) are chosen on the request's own latency alone.
     """
 
     name = "lbgr"
     FEATURES = ("paper", "intercept", "paper+intercept")
+    QUEUEING = ("little", "none")
 
     def __init__(self, workers: int, seed: int = 0, service: ServiceModel | None = None,
                  features: str = "paper", forgetting: float = 0.992, decay: float = 31 / 32,
-                 decay_interval: float = 0.02, hysteresis: float = 0.02,
+                 decay_interval: float = 0.02, hysteresis: float = 0.02, queueing: str = "little",
                  max_index_tokens: int | None = None, learn: bool = True):
         super().__init__(workers, seed)
         if features not in self.FEATURES:
             raise LcrInputError(f"lbgr: features must be one of {', '.join(self.FEATURES)}, got {features!r}")
+        if queueing not in self.QUEUEING:
+            raise LcrInputError(f"lbgr: queueing must be one of {', '.join(self.QUEUEING)}, got {queueing!r}")
+        self.queueing = queueing
         if not 0 < decay <= 1 or decay_interval <= 0:
             raise LcrInputError("lbgr: decay must be in (0, 1] and decay_interval > 0")
         self.service = service or ServiceModel()
@@ -184,8 +200,11 @@ class LBGRRouter(Router):
             return np.array([1.0])
         return np.array(paper + [1.0])
 
-    def estimates(self, request: RoutedRequest, now: float) -> list[tuple[float, float, int, np.ndarray]]:
-        """Per worker: (predicted latency, Cost + P, matched tokens, phi)."""
+    def estimates(self, request: RoutedRequest, now: float,
+                  outstanding: Sequence[int] | None = None) -> list[tuple[float, float, int, np.ndarray]]:
+        """Per worker: (score to minimise, Cost + P, matched tokens, phi). The score is the
+        predicted latency Cost + P + theta . phi, plus under ``queueing=little`` the delay the
+        request imposes on those after it (needs ``outstanding``)."""
         self._decay_to(now)
         out = []
         for worker in range(self.workers):
@@ -194,12 +213,15 @@ class LBGRRouter(Router):
             cost = self.service.prefill(hit, miss) + self.service.decode(self._mean_output)
             phi = self.phi(hit, miss, self.load[worker])
             base = cost + self.load[worker]
-            out.append((base + self.models[worker].predict(phi), base, hit, phi))
+            score = base + self.models[worker].predict(phi)
+            if self.queueing == "little" and outstanding is not None:
+                score += self.service.occupancy(hit, miss, self._mean_output) * outstanding[worker]
+            out.append((score, base, hit, phi))
         return out
 
     def route(self, request, now, outstanding):
         alive = self.alive()
-        estimates = self.estimates(request, now)
+        estimates = self.estimates(request, now, outstanding)
         best = min(alive, key=lambda w: estimates[w][0])
         sticky = max(alive, key=lambda w: estimates[w][2])
         if (estimates[sticky][2] > estimates[best][2]
@@ -211,10 +233,10 @@ class LBGRRouter(Router):
         for w in alive:
             if w != best:
                 self.models[w].theta *= self.models[w].forgetting
-        predicted, base, hit, phi = estimates[best]
-        # A worker works through `slots` requests at once: a routed request adds its cost
-        # spread over them to the wait of those behind it.
-        cost = (base - self.load[best]) / self.service.slots
+        _, base, hit, phi = estimates[best]
+        # What the request delays those behind it: its prefill shared by the worker's
+        # prefill lanes, its decode by its slots (ServiceModel.occupancy).
+        cost = self.service.occupancy(hit, request.prompt_tokens - hit, self._mean_output)
         self.load[best] += cost
         self._in_flight[request.rid] = (best, _InFlight(cost, now, base, phi))
         self.indexes[best].insert(request.request)
@@ -251,10 +273,17 @@ ROUTERS = {
 
 
 def make_router(name: str, workers: int, seed: int = 0, service: ServiceModel | None = None,
-                **params) -> Router:
+                cache_tokens: int | None = None, **params) -> Router:
+    """``cache_tokens``: each worker's KV pool, if the caller wants LBGR's approximate index
+    to forget past it (unless ``max_index_tokens`` is given), least recently routed first.
+    That order is LRU's: measured in docs/routing.md, it helps LBGR over LRU workers and
+    hurts it over RLT ones, so it is opt-in. cache_aware keeps sglang-router's tree, whose
+    2^26 characters per worker are never reached here."""
     if name not in ROUTERS:
         raise LcrInputError(f"unknown router {name!r}; valid: {', '.join(ROUTERS)}")
     if name == "lbgr":
+        if cache_tokens is not None:
+            params.setdefault("max_index_tokens", cache_tokens)
         return LBGRRouter(workers, seed, service=service, **params)
     try:
         return ROUTERS[name](workers, seed, **params)

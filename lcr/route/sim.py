@@ -1,7 +1,9 @@
 """Discrete-event simulation of a serving cluster: arrivals -> router -> workers.
 
 Each worker owns an lcr radix cache (``lcr.kv.tree.RadixTree``) under any KV policy and
-serves up to ``ServiceModel.slots`` requests at once, first come first served. A request's
+serves up to ``ServiceModel.slots`` requests at once, first come first served, of which at
+most ``ServiceModel.prefill_parallel`` prefill at once (a request starts when both a slot
+and a prefill lane are free, and gives the lane back when its prefill ends). A request's
 cache hit is decided when it starts (its prefix is matched and its new blocks inserted
 then), its prefill costs what the hit leaves uncached, and its first token comes after the
 queueing delay plus prefill. The router only learns of completions, as a real one does.
@@ -56,6 +58,7 @@ class _Worker:
         self.tree = tree
         self.service = service
         self.free_slots = service.slots
+        self.free_prefill = service.prefill_parallel
         self.queue: deque[RoutedRequest] = deque()
         self.outstanding = 0
         self.served = 0
@@ -77,11 +80,13 @@ def simulate(requests: Sequence[RoutedRequest], router: Router, *, policy: str =
         workers.append(_Worker(RadixTree(cache_tokens, make_policy(policy, workload, predictor=pred,
                                                                      seed=seed + w)), services[w]))
 
-    # (time, kind, sequence, worker or -1, request index): at equal times completions
-    # (kind 0) come before arrivals (kind 1), so a freed slot is seen by the next arrival.
+    # (time, kind, sequence, worker or -1, request index): at equal times prefill ends
+    # (kind 0) and completions (kind 1) come before arrivals (kind 2), so a freed lane or
+    # slot is seen by the next arrival.
+    PREFILLED, DONE, ARRIVAL = 0, 1, 2
     events: list[tuple[float, int, int, int, int]] = []
     for i, r in enumerate(requests):
-        heapq.heappush(events, (r.arrival, 1, i, -1, i))
+        heapq.heappush(events, (r.arrival, ARRIVAL, i, -1, i))
     ttft = np.zeros(len(requests))
     latency = np.zeros(len(requests))
     hits = 0
@@ -92,7 +97,7 @@ def simulate(requests: Sequence[RoutedRequest], router: Router, *, policy: str =
     def start_ready(w: int, now: float) -> None:
         nonlocal hits, started, finish_order
         worker = workers[w]
-        while worker.free_slots and worker.queue:
+        while worker.free_slots and worker.free_prefill and worker.queue:
             r = worker.queue.popleft()
             # The trees and their policies count time in served requests.
             hit = worker.tree.serve(r.request, started)
@@ -102,15 +107,20 @@ def simulate(requests: Sequence[RoutedRequest], router: Router, *, policy: str =
             service_time = prefill + worker.service.decode(r.output_tokens)
             ttft[r.rid] = now - r.arrival + prefill
             worker.free_slots -= 1
+            worker.free_prefill -= 1
             worker.busy += service_time
             worker.served += 1
-            heapq.heappush(events, (now + service_time, 0, finish_order, w, r.rid))
+            heapq.heappush(events, (now + prefill, PREFILLED, finish_order, w, r.rid))
+            heapq.heappush(events, (now + service_time, DONE, finish_order, w, r.rid))
             finish_order += 1
 
     while events:
-        now, _, _, w, i = heapq.heappop(events)
+        now, kind, _, w, i = heapq.heappop(events)
         r = requests[i]
-        if w < 0:
+        if kind == PREFILLED:
+            workers[w].free_prefill += 1
+            start_ready(w, now)
+        elif kind == ARRIVAL:
             target = router.route(r, now, [x.outstanding for x in workers])
             if not 0 <= target < n:
                 raise RuntimeError(f"router {router.name} chose worker {target} of {n}")

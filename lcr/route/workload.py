@@ -32,10 +32,13 @@ class RoutedRequest:
 
 def shared_prefix(groups: int = 128, prompts: int = 32, prompt_tokens: int = 1024,
                   prefix_ratio: float = 0.5, output_tokens: int = 128, block_tokens: int = 64,
-                  order: str = "shuffled", seed: int = 0) -> list[tuple[BlockRequest, int]]:
+                  order: str = "shuffled", zipf_alpha: float = 0.0,
+                  seed: int = 0) -> list[tuple[BlockRequest, int]]:
     """SGLang's generated-shared-prefix workload: ``groups`` system prompts, each followed by
     ``prompts`` distinct questions; ``prefix_ratio`` of every prompt is its group's prefix.
-    ``order`` is ``shuffled`` (groups interleaved at random) or ``grouped``."""
+    ``order`` is ``shuffled`` (groups interleaved at random) or ``grouped``. ``zipf_alpha`` > 0
+    draws each of the groups x prompts requests' group from a rank Zipf law instead
+    (group g with weight 1/(g+1)^alpha), like bench_serving's ``--gsp-group-distribution zipf``."""
     if groups < 1 or prompts < 1 or prompt_tokens < 1 or block_tokens < 1 or output_tokens < 0:
         raise LcrInputError("shared_prefix: groups, prompts, prompt_tokens and block_tokens must "
                             "be >= 1 and output_tokens >= 0")
@@ -43,17 +46,23 @@ def shared_prefix(groups: int = 128, prompts: int = 32, prompt_tokens: int = 102
         raise LcrInputError(f"shared_prefix: prefix_ratio must be in [0, 1], got {prefix_ratio:g}")
     if order not in ("shuffled", "grouped"):
         raise LcrInputError(f"shared_prefix: order must be shuffled or grouped, got {order!r}")
+    if not (math.isfinite(zipf_alpha) and zipf_alpha >= 0):
+        raise LcrInputError(f"shared_prefix: zipf_alpha must be >= 0, got {zipf_alpha!r}")
     prefix = _split(round(prompt_tokens * prefix_ratio), block_tokens)
     suffix = _split(prompt_tokens - sum(prefix), block_tokens)
-    next_path = 0
+    if zipf_alpha > 0:
+        weights = 1.0 / np.arange(1, groups + 1) ** zipf_alpha
+        assignment = np.sort(np.random.default_rng(seed).choice(groups, groups * prompts,
+                                                                p=weights / weights.sum()))
+    else:
+        assignment = np.repeat(np.arange(groups), prompts)
+    shared_paths = [tuple(range(g * len(prefix), (g + 1) * len(prefix))) for g in range(groups)]
+    next_path = groups * len(prefix)
     out = []
-    for _ in range(groups):
-        shared = tuple(range(next_path, next_path + len(prefix)))
-        next_path += len(prefix)
-        for _ in range(prompts):
-            own = tuple(range(next_path, next_path + len(suffix)))
-            next_path += len(suffix)
-            out.append((BlockRequest(shared + own, tuple(prefix + suffix)), output_tokens))
+    for g in assignment:
+        own = tuple(range(next_path, next_path + len(suffix)))
+        next_path += len(suffix)
+        out.append((BlockRequest(shared_paths[g] + own, tuple(prefix + suffix)), output_tokens))
     if order == "shuffled":
         perm = np.random.default_rng(seed).permutation(len(out))
         out = [out[i] for i in perm]
