@@ -50,6 +50,8 @@ def first_token_key(node) -> int:
 class PolicyDriver(CacheView):
     """Feeds one ``LeafPolicy`` from SGLang's tree and counts what it did."""
 
+    knows_parents = True  # parent_key answers for the pass's leaves: LARU keeps its window
+
     def __init__(self, policy: LeafPolicy, *, capacity_tokens: int, page_size: int = 1,
                  sim_keys: bool = False):
         self.policy = policy.bind(self)
