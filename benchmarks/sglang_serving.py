@@ -108,7 +108,13 @@ def serve(model: Path, spec: str, workloads: dict, pool: int, logdir: Path) -> d
 
 
 def pass_costs(prompts: list[list[int]], pool: int, specs: list[str], repeats: int) -> dict:
-    """Mean seconds per eviction pass on SGLang's tree, stock LRU against lcr's backends."""
+    """Whole eviction passes on SGLang's tree, in this process, per spec: stock
+    ``UnifiedRadixCache`` (``lru``: SGLang's LRU on its Rust TreeCore), ``lcr-lru`` (lcr's
+    LRU through the driver on the Python TreeCore every lcr backend needs: the floor of
+    any lcr policy) and lcr's backends. The KV allocator is SGLang's own
+    ``TokenToKVPoolAllocator`` over no KV tensors. Each pass is timed in this thread's
+    CPU time (what the pass costs, whatever else the machine runs) and in wall time.
+    Specs are interleaved within every repeat, so a ratio is taken between neighbours."""
     from array import array
 
     from sglang_server import STUBS
@@ -118,57 +124,75 @@ def pass_costs(prompts: list[list[int]], pool: int, specs: list[str], repeats: i
         sys.path.insert(0, str(STUBS))
 
     import torch
+    from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
     from sglang.srt.mem_cache.base_prefix_cache import EvictParams, InsertParams, MatchPrefixParams
     from sglang.srt.mem_cache.cache_init_params import CacheInitParams
     from sglang.srt.mem_cache.radix_cache import RadixKey
     from sglang.srt.mem_cache.unified_cache.components import ComponentType
     from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 
-    from lcr.integrations.sglang import CACHE_CLASSES, register_backends
-    from lcr.integrations.sglang_sim import MockAllocator
+    from lcr.integrations.sglang import CACHE_CLASSES, PolicyRadixCache, register_backends
+    from lcr.kv.policies import LRU
 
     register_backends()
 
-    def timed(cls):
-        class Timed(cls):
-            def _evict(self, *args, **kwargs):
-                started = time.perf_counter()
-                try:
-                    return super()._evict(*args, **kwargs)
-                finally:
-                    self.pass_seconds.append(time.perf_counter() - started)
-        return Timed
+    def build(spec, params):
+        policy, _, predictor = spec.partition(":")
+        if policy == "lru":
+            return UnifiedRadixCache(params)
+        if policy == "lcr-lru":
+            return PolicyRadixCache(params, policy=LRU())
+        params.eviction_policy_config = {"predictor": predictor} if predictor else None
+        return CACHE_CLASSES[policy](params)
 
     def replay(spec):
-        policy, _, predictor = spec.partition(":")
-        config = {"predictor": predictor} if predictor else None
-        allocator = MockAllocator(pool)
+        allocator = TokenToKVPoolAllocator(pool, torch.float16, "cpu", None, need_sort=False)
         params = CacheInitParams(disable=False, req_to_token_pool=None, token_to_kv_pool_allocator=allocator,
-                                 page_size=1, tree_components=(ComponentType.FULL,),
-                                 eviction_policy_config=config)
-        cache = timed(UnifiedRadixCache if policy == "lru" else CACHE_CLASSES[policy])(params)
-        cache.pass_seconds = []
+                                 page_size=1, tree_components=(ComponentType.FULL,))
+        cache = build(spec, params)
+        cpu = wall = 0.0
+        passes = 0
         for ids in prompts:
             tokens = array("q", ids)
             match = cache.match_prefix(MatchPrefixParams(key=RadixKey(tokens)))
             lock = cache.lock(match.last_device_node)
             need = len(tokens) - match.device_prefix_len
             if need > allocator.available_size():
+                wall_started, cpu_started = time.perf_counter(), time.thread_time()
                 cache.evict(EvictParams(num_tokens=need - allocator.available_size()))
+                cpu += time.thread_time() - cpu_started
+                wall += time.perf_counter() - wall_started
+                passes += 1
             if need <= allocator.available_size():
                 value = torch.cat([cache.path_device_indices(match.last_device_node)[:match.device_prefix_len],
                                    allocator.alloc(need)])
                 cache.insert(InsertParams(key=RadixKey(tokens), value=value,
                                           prev_prefix_len=match.device_prefix_len))
             cache.unlock(lock)
-        return cache.pass_seconds
+        return 1e6 * cpu / max(passes, 1), 1e6 * wall / max(passes, 1), passes
 
-    runs = {spec: [] for spec in specs}
-    for _ in range(repeats):
-        for spec in specs:
-            seconds = replay(spec)
-            runs[spec].append(sum(seconds) / max(len(seconds), 1))
-    return {spec: {"pass_us": [1e6 * s for s in v]} for spec, v in runs.items()}
+    runs = {spec: {"cpu_us": [], "wall_us": [], "passes": 0} for spec in specs}
+    for spec in specs:
+        replay(spec)  # warm-up: imports, first-call costs
+    for repeat in range(repeats):
+        order = specs if repeat % 2 == 0 else specs[::-1]  # ABBA: drift hits every spec alike
+        for spec in order:
+            cpu_us, wall_us, passes = replay(spec)
+            runs[spec]["cpu_us"].append(cpu_us)
+            runs[spec]["wall_us"].append(wall_us)
+            runs[spec]["passes"] = passes
+    return runs
+
+
+def median_range(values: list[float], digits: int = 2) -> str:
+    """Median [min, max]: what a ratio of neighbours looks like on a noisy machine."""
+    if not values:
+        return "n/a"
+    return f"{statistics.median(values):.{digits}f} [{min(values):.{digits}f}, {max(values):.{digits}f}]"
+
+
+def ratios(values: list[float], base: list[float]) -> list[float]:
+    return [v / b for v, b in zip(values, base) if b > 0]
 
 
 def spread(values: list[float]) -> str:
@@ -187,6 +211,9 @@ def main(argv=None) -> int:
     p.add_argument("--mooncake-requests", type=int, default=150)
     p.add_argument("--block-tokens", type=int, default=16, help="tokens per Mooncake hash block")
     p.add_argument("--skip-serving", action="store_true", help="only the in-process eviction-pass timing")
+    p.add_argument("--pass-policies", default="lru,lcr-lru,laru,laru:lightgbm",
+                   help="in-process pass timing; lru (stock, first: the ratios' base), lcr-lru, lcr backends")
+    p.add_argument("--pass-repeats", type=int, default=7)
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
     specs = args.policies.split(",")
@@ -214,15 +241,16 @@ def main(argv=None) -> int:
                     run = serve(model, spec, workloads, args.pool_tokens, Path(tmp))
                     results["serving"].setdefault(spec, []).append(run)
                     print(f"# repeat {repeat} {spec}: " + json.dumps(run), flush=True)
-    results["pass"] = {name: pass_costs(prompts, args.pool_tokens, specs, args.repeats)
+    pass_specs = args.pass_policies.split(",")
+    results["pass"] = {name: pass_costs(prompts, args.pool_tokens, pass_specs, args.pass_repeats)
                        for name, prompts in workloads.items()}
-    report(results, specs, list(workloads))
+    report(results, specs, pass_specs, list(workloads))
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
     return 0
 
 
-def report(results: dict, specs: list[str], names: list[str]) -> None:
+def report(results: dict, specs: list[str], pass_specs: list[str], names: list[str]) -> None:
     print("| workload | policy | cached-token ratio | req/s | TTFT p50 ms | TTFT p99 ms | "
           "lcr eviction s per pass (policy part) | eviction share of serving time |")
     print("|---|---|---|---|---|---|---|---|")
@@ -241,13 +269,19 @@ def report(results: dict, specs: list[str], names: list[str]) -> None:
                   f"{spread([r['req_per_s'] for r in runs])} | {spread([r['ttft_p50_ms'] for r in runs])} | "
                   f"{spread([r['ttft_p99_ms'] for r in runs])} | {cost} | "
                   f"{spread([100 * s for s in share]) + ' %' if per_pass else 'n/a'} |")
-    print("\nWhole eviction pass on SGLang's tree, in-process (mock KV allocator), µs per pass:")
-    print("| workload | " + " | ".join(specs) + " |")
-    print("|---|" + "---|" * len(specs))
+    print("\nWhole eviction pass on SGLang's tree, in-process (SGLang's allocator, no KV tensors): "
+          "CPU µs per pass, median [min, max] over repeats; ratio to stock LRU taken within each repeat")
+    base = pass_specs[0] if pass_specs[0] == "lru" else None
+    print("| workload | policy | passes | CPU µs per pass | wall µs per pass | CPU ratio to lru | wall ratio to lru |")
+    print("|---|---|---|---|---|---|---|")
     for name in names:
         row = results["pass"][name]
-        print(f"| {name} | " + " | ".join(spread(row[s]["pass_us"]) for s in specs) + " |")
-
+        for spec in pass_specs:
+            r = row[spec]
+            cpu_ratio = median_range(ratios(r["cpu_us"], row[base]["cpu_us"])) if base else "n/a"
+            wall_ratio = median_range(ratios(r["wall_us"], row[base]["wall_us"])) if base else "n/a"
+            print(f"| {name} | {spec} | {r['passes']} | {median_range(r['cpu_us'], 0)} | "
+                  f"{median_range(r['wall_us'], 0)} | {cpu_ratio} | {wall_ratio} |")
 
 if __name__ == "__main__":
     sys.exit(main())
