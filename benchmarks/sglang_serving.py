@@ -1,22 +1,26 @@
 """Live SGLang serving with lcr's cache policies: cached-token ratio, req/s, TTFT, eviction cost.
 
-    PYTHONPATH=. python benchmarks/sglang_serving.py --policies lru,laru,laru:lightgbm --repeats 3
+    PYTHONPATH=. nice -n 5 python benchmarks/sglang_serving.py --policies lru,laru --repeats 5
 
-For each repeat, and each policy in turn (interleaved, so load drifts hit all alike), it
-launches ``python -m sglang_patch.launch_server`` on CPU with the tiny random Llama of
-tests/sglang_e2e_model.py and replays, one request at a time (2 new tokens, streamed):
+It launches one ``python -m sglang_patch.launch_server`` per policy on CPU with the tiny
+random Llama of tests/sglang_e2e_model.py, all at once (``--sleep-on-idle``: a waiting
+server takes no CPU), warms each up, then for each repeat runs every policy in turn,
+the order reversed every other repeat (ABBA), so load drifts on a shared host hit all
+alike. A run replays, from ``--concurrency`` closed-loop clients (2 new tokens, streamed):
 
 - ``chat``: multi-turn ShareGPT chats (../shared/data/chat/sharegpt_v3_sample1000.jsonl),
   interleaved turn by turn; a turn's prompt is the conversation so far;
 - ``mooncake``: the first Mooncake conversation requests (../shared/data/kv/...), each
   hash block becoming ``--block-tokens`` tokens.
 
-The tree is flushed between the two. Hit rates come from SGLang's own /metrics
+The tree is flushed before each. Hit rates come from SGLang's own /metrics
 (``cached_tokens`` / ``prompt_tokens``), lcr's eviction counters from ``sglang:lcr_*``.
-A second part times whole eviction passes in-process on SGLang's tree (mock KV
-allocator, same requests): stock ``UnifiedRadixCache`` (LRU) against lcr's backends.
-Words and hash blocks become token ids by a fixed hash, so runs are reproducible.
-``laru:lightgbm`` means ``--cache-policy laru --predictor lightgbm``.
+Ratios to LRU are taken within a repeat (neighbours in time), then summarised as
+median [min, max]. A second part times whole eviction passes in-process on SGLang's
+tree (see ``pass_costs``). Words and hash blocks become token ids by a fixed hash.
+``laru:lightgbm`` means ``--cache-policy laru --predictor lightgbm``. SGLang's spawned
+scheduler finds lcr's backends through the ``sglang.srt.plugins`` entry point: install
+lcr (``pip install -e .``) or put its egg-info metadata on PYTHONPATH.
 """
 from __future__ import annotations
 
@@ -79,36 +83,109 @@ def policy_args(spec: str) -> tuple[str, tuple[str, ...]]:
     return policy, ("--predictor", predictor) if predictor else ()
 
 
-def serve(model: Path, spec: str, workloads: dict, pool: int, logdir: Path) -> dict:
-    from sglang_server import Server, generate, lcr_counters
+def start_servers(stack, model: Path, specs: list[str], pool: int, logdir: Path) -> dict:
+    """One server per spec, all up at once (they sleep when idle, so a waiting one takes
+    no CPU from the one being measured). A launch whose port was taken meanwhile by
+    another process (slow start-ups on a busy host) is retried on a fresh port."""
+    from sglang_server import Server
 
-    policy, extra = policy_args(spec)
-    out = {}
-    log = logdir / f"{spec.replace(':', '-')}-{time.time_ns()}.log"
-    with Server(model, policy, log, pool, (*extra, "--enable-metrics")) as server:
-        for name, prompts in workloads.items():
-            server.flush_cache()
-            before = server.metrics()
-            ttfts, started = [], time.perf_counter()
-            for ids in prompts:
-                _, ttft, _ = generate(server.url, ids)
+    holders = {}
+    for spec in specs:  # all launched before any is waited for: start-ups overlap
+        policy, extra = policy_args(spec)
+        server = Server(model, policy, logdir / f"{spec.replace(':', '-')}.log", pool,
+                        (*extra, "--enable-metrics", "--sleep-on-idle"))
+        holders[spec] = stack.enter_context(_Stopping(server))
+    return {spec: _ready(holder, model, spec, pool, logdir) for spec, holder in holders.items()}
+
+
+class _Stopping:
+    """Stops a server on exit, whatever became of it (a retried launch replaces it)."""
+
+    def __init__(self, server):
+        self.server = server
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.server.stop()
+
+
+def _ready(holder: _Stopping, model: Path, spec: str, pool: int, logdir: Path):
+    from sglang_server import Server
+
+    for attempt in range(3):
+        try:
+            holder.server.wait_ready()
+            return holder.server
+        except AssertionError:
+            if "address already in use" not in holder.server.log.read_text() or attempt == 2:
+                raise
+            holder.server.stop()
+            policy, extra = policy_args(spec)
+            holder.server = Server(model, policy, logdir / f"{spec.replace(':', '-')}-retry{attempt}.log",
+                                   pool, (*extra, "--enable-metrics", "--sleep-on-idle"))
+    raise AssertionError("unreachable")
+
+
+def closed_loop(url: str, prompts: list[list[int]], concurrency: int) -> tuple[float, list[float]]:
+    """Send ``prompts`` in order from ``concurrency`` clients, each sending its next one as
+    soon as its last is answered: (wall seconds, TTFTs). With a few requests always in
+    flight, the server's own speed sets the rate, not one client's round trips."""
+    import threading
+
+    from sglang_server import generate
+
+    ttfts, lock, cursor = [], threading.Lock(), iter(range(len(prompts)))
+
+    def client():
+        while True:
+            with lock:
+                i = next(cursor, None)
+            if i is None:
+                return
+            _, ttft, _ = generate(url, prompts[i])
+            with lock:
                 ttfts.append(ttft)
-            wall = time.perf_counter() - started
-            after = server.metrics()
-            delta = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
-            lcr = lcr_counters(delta)
-            ttfts.sort()
-            out[name] = {
-                "cached_ratio": delta.get("cached_tokens", 0) / max(delta.get("prompt_tokens", 0), 1),
-                "req_per_s": len(prompts) / wall,
-                "ttft_p50_ms": 1e3 * ttfts[len(ttfts) // 2],
-                "ttft_p99_ms": 1e3 * ttfts[min(len(ttfts) - 1, int(0.99 * len(ttfts)))],
-                "wall_s": wall, "lcr": lcr}
+
+    threads = [threading.Thread(target=client) for _ in range(concurrency)]
+    started = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return time.perf_counter() - started, ttfts
+
+
+def serve(server, workloads: dict, concurrency: int) -> dict:
+    from sglang_server import lcr_counters
+
+    out = {}
+    for name, prompts in workloads.items():
+        server.flush_cache()
+        before = server.metrics()
+        wall, ttfts = closed_loop(server.url, prompts, concurrency)
+        after = server.metrics()
+        delta = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
+        ttfts.sort()
+        out[name] = {
+            "cached_ratio": delta.get("cached_tokens", 0) / max(delta.get("prompt_tokens", 0), 1),
+            "req_per_s": len(prompts) / wall,
+            "ttft_p50_ms": 1e3 * ttfts[len(ttfts) // 2],
+            "ttft_p99_ms": 1e3 * ttfts[min(len(ttfts) - 1, int(0.99 * len(ttfts)))],
+            "wall_s": wall, "lcr": lcr_counters(delta)}
     return out
 
 
 def pass_costs(prompts: list[list[int]], pool: int, specs: list[str], repeats: int) -> dict:
-    """Mean seconds per eviction pass on SGLang's tree, stock LRU against lcr's backends."""
+    """Whole eviction passes on SGLang's tree, in this process, per spec: stock
+    ``UnifiedRadixCache`` (``lru``: SGLang's LRU on its Rust TreeCore), ``lcr-lru`` (lcr's
+    LRU through the driver on the Python TreeCore every lcr backend needs: the floor of
+    any lcr policy) and lcr's backends. The KV allocator is SGLang's own
+    ``TokenToKVPoolAllocator`` over no KV tensors. Each pass is timed in this thread's
+    CPU time (what the pass costs, whatever else the machine runs) and in wall time;
+    so are a request's ``match_prefix`` and ``insert`` (with lcr's access hooks).
+    Specs are interleaved within every repeat, so a ratio is taken between neighbours."""
     from array import array
 
     from sglang_server import STUBS
@@ -118,57 +195,80 @@ def pass_costs(prompts: list[list[int]], pool: int, specs: list[str], repeats: i
         sys.path.insert(0, str(STUBS))
 
     import torch
+    from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
     from sglang.srt.mem_cache.base_prefix_cache import EvictParams, InsertParams, MatchPrefixParams
     from sglang.srt.mem_cache.cache_init_params import CacheInitParams
     from sglang.srt.mem_cache.radix_cache import RadixKey
     from sglang.srt.mem_cache.unified_cache.components import ComponentType
     from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 
-    from lcr.integrations.sglang import CACHE_CLASSES, register_backends
-    from lcr.integrations.sglang_sim import MockAllocator
+    from lcr.integrations.sglang import CACHE_CLASSES, PolicyRadixCache, register_backends
+    from lcr.kv.policies import LRU
 
     register_backends()
 
-    def timed(cls):
-        class Timed(cls):
-            def _evict(self, *args, **kwargs):
-                started = time.perf_counter()
-                try:
-                    return super()._evict(*args, **kwargs)
-                finally:
-                    self.pass_seconds.append(time.perf_counter() - started)
-        return Timed
+    def build(spec, params):
+        policy, _, predictor = spec.partition(":")
+        if policy == "lru":
+            return UnifiedRadixCache(params)
+        if policy == "lcr-lru":
+            return PolicyRadixCache(params, policy=LRU())
+        params.eviction_policy_config = {"predictor": predictor} if predictor else None
+        return CACHE_CLASSES[policy](params)
 
     def replay(spec):
-        policy, _, predictor = spec.partition(":")
-        config = {"predictor": predictor} if predictor else None
-        allocator = MockAllocator(pool)
+        allocator = TokenToKVPoolAllocator(pool, torch.float16, "cpu", None, need_sort=False)
         params = CacheInitParams(disable=False, req_to_token_pool=None, token_to_kv_pool_allocator=allocator,
-                                 page_size=1, tree_components=(ComponentType.FULL,),
-                                 eviction_policy_config=config)
-        cache = timed(UnifiedRadixCache if policy == "lru" else CACHE_CLASSES[policy])(params)
-        cache.pass_seconds = []
+                                 page_size=1, tree_components=(ComponentType.FULL,))
+        cache = build(spec, params)
+        cpu = wall = hooks = 0.0
+        passes = 0
         for ids in prompts:
             tokens = array("q", ids)
+            hook_started = time.thread_time()
             match = cache.match_prefix(MatchPrefixParams(key=RadixKey(tokens)))
+            hooks += time.thread_time() - hook_started
             lock = cache.lock(match.last_device_node)
             need = len(tokens) - match.device_prefix_len
             if need > allocator.available_size():
+                wall_started, cpu_started = time.perf_counter(), time.thread_time()
                 cache.evict(EvictParams(num_tokens=need - allocator.available_size()))
+                cpu += time.thread_time() - cpu_started
+                wall += time.perf_counter() - wall_started
+                passes += 1
             if need <= allocator.available_size():
                 value = torch.cat([cache.path_device_indices(match.last_device_node)[:match.device_prefix_len],
                                    allocator.alloc(need)])
+                hook_started = time.thread_time()
                 cache.insert(InsertParams(key=RadixKey(tokens), value=value,
                                           prev_prefix_len=match.device_prefix_len))
+                hooks += time.thread_time() - hook_started
             cache.unlock(lock)
-        return cache.pass_seconds
+        return 1e6 * cpu / max(passes, 1), 1e6 * wall / max(passes, 1), passes, 1e6 * hooks / len(prompts)
 
-    runs = {spec: [] for spec in specs}
-    for _ in range(repeats):
-        for spec in specs:
-            seconds = replay(spec)
-            runs[spec].append(sum(seconds) / max(len(seconds), 1))
-    return {spec: {"pass_us": [1e6 * s for s in v]} for spec, v in runs.items()}
+    runs = {spec: {"cpu_us": [], "wall_us": [], "passes": 0, "match_insert_cpu_us": []} for spec in specs}
+    for spec in specs:
+        replay(spec)  # warm-up: imports, first-call costs
+    for repeat in range(repeats):
+        order = specs if repeat % 2 == 0 else specs[::-1]  # ABBA: drift hits every spec alike
+        for spec in order:
+            cpu_us, wall_us, passes, hook_us = replay(spec)
+            runs[spec]["match_insert_cpu_us"].append(hook_us)
+            runs[spec]["cpu_us"].append(cpu_us)
+            runs[spec]["wall_us"].append(wall_us)
+            runs[spec]["passes"] = passes
+    return runs
+
+
+def median_range(values: list[float], digits: int = 2) -> str:
+    """Median [min, max]: what a ratio of neighbours looks like on a noisy machine."""
+    if not values:
+        return "n/a"
+    return f"{statistics.median(values):.{digits}f} [{min(values):.{digits}f}, {max(values):.{digits}f}]"
+
+
+def ratios(values: list[float], base: list[float]) -> list[float]:
+    return [v / b for v, b in zip(values, base) if b > 0]
 
 
 def spread(values: list[float]) -> str:
@@ -186,7 +286,11 @@ def main(argv=None) -> int:
     p.add_argument("--words", type=int, default=30, help="words kept per chat message")
     p.add_argument("--mooncake-requests", type=int, default=150)
     p.add_argument("--block-tokens", type=int, default=16, help="tokens per Mooncake hash block")
+    p.add_argument("--concurrency", type=int, default=4, help="clients in the closed loop")
     p.add_argument("--skip-serving", action="store_true", help="only the in-process eviction-pass timing")
+    p.add_argument("--pass-policies", default="lru,lcr-lru,laru,laru:lightgbm",
+                   help="in-process pass timing; lru (stock, first: the ratios' base), lcr-lru, lcr backends")
+    p.add_argument("--pass-repeats", type=int, default=7)
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
     specs = args.policies.split(",")
@@ -205,24 +309,36 @@ def main(argv=None) -> int:
               f"{distinct} distinct prefix tokens, pool {args.pool_tokens} tokens", flush=True)
     results = {"args": {k: str(v) for k, v in vars(args).items()}, "serving": {}, "pass": {}}
     if not args.skip_serving:
+        import contextlib
+        import os
+
         from sglang_e2e_model import build_tiny_llama
 
-        with tempfile.TemporaryDirectory() as tmp:
+        results["load_average"] = {"before": os.getloadavg()}
+        with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
             model = build_tiny_llama(Path(tmp) / "model")
+            servers = start_servers(stack, model, specs, args.pool_tokens, Path(tmp))
+            warmup = {name: prompts[:args.concurrency] for name, prompts in workloads.items()}
+            for spec in specs:
+                serve(servers[spec], warmup, args.concurrency)  # first-call costs, then flushed
             for repeat in range(args.repeats):
-                for spec in specs:
-                    run = serve(model, spec, workloads, args.pool_tokens, Path(tmp))
+                for spec in (specs if repeat % 2 == 0 else specs[::-1]):  # ABBA
+                    run = serve(servers[spec], workloads, args.concurrency)
+                    run["load_average"] = os.getloadavg()[0]
                     results["serving"].setdefault(spec, []).append(run)
                     print(f"# repeat {repeat} {spec}: " + json.dumps(run), flush=True)
-    results["pass"] = {name: pass_costs(prompts, args.pool_tokens, specs, args.repeats)
+        results["load_average"]["after"] = os.getloadavg()
+        print(f"# load average before {results['load_average']['before']}, after {results['load_average']['after']}")
+    pass_specs = args.pass_policies.split(",")
+    results["pass"] = {name: pass_costs(prompts, args.pool_tokens, pass_specs, args.pass_repeats)
                        for name, prompts in workloads.items()}
-    report(results, specs, list(workloads))
+    report(results, specs, pass_specs, list(workloads))
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
     return 0
 
 
-def report(results: dict, specs: list[str], names: list[str]) -> None:
+def report(results: dict, specs: list[str], pass_specs: list[str], names: list[str]) -> None:
     print("| workload | policy | cached-token ratio | req/s | TTFT p50 ms | TTFT p99 ms | "
           "lcr eviction s per pass (policy part) | eviction share of serving time |")
     print("|---|---|---|---|---|---|---|---|")
@@ -241,13 +357,34 @@ def report(results: dict, specs: list[str], names: list[str]) -> None:
                   f"{spread([r['req_per_s'] for r in runs])} | {spread([r['ttft_p50_ms'] for r in runs])} | "
                   f"{spread([r['ttft_p99_ms'] for r in runs])} | {cost} | "
                   f"{spread([100 * s for s in share]) + ' %' if per_pass else 'n/a'} |")
-    print("\nWhole eviction pass on SGLang's tree, in-process (mock KV allocator), µs per pass:")
-    print("| workload | " + " | ".join(specs) + " |")
-    print("|---|" + "---|" * len(specs))
+    serving = results["serving"]
+    if serving and specs[0] == "lru":
+        print("\nRatio to stock LRU within each repeat (neighbours in time), median [min, max] over repeats:")
+        print("| workload | policy | req/s ratio | cached-token ratio ratio | per-repeat req/s ratios |")
+        print("|---|---|---|---|---|")
+        for name in names:
+            base = [r[name] for r in serving["lru"]]
+            for spec in specs[1:]:
+                runs = [r[name] for r in serving.get(spec, [])]
+                rps = ratios([r["req_per_s"] for r in runs], [b["req_per_s"] for b in base])
+                hit = ratios([r["cached_ratio"] for r in runs], [b["cached_ratio"] for b in base])
+                print(f"| {name} | {spec} | {median_range(rps)} | {median_range(hit)} | "
+                      f"{', '.join(f'{x:.2f}' for x in rps)} |")
+    print("\nWhole eviction pass on SGLang's tree, in-process (SGLang's allocator, no KV tensors): "
+          "CPU µs per pass, median [min, max] over repeats; ratio to stock LRU taken within each repeat")
+    base = pass_specs[0] if pass_specs[0] == "lru" else None
+    print("| workload | policy | passes | CPU µs per pass | wall µs per pass | CPU ratio to lru | wall ratio to lru "
+          "| match+insert CPU µs per request |")
+    print("|---|---|---|---|---|---|---|---|")
     for name in names:
         row = results["pass"][name]
-        print(f"| {name} | " + " | ".join(spread(row[s]["pass_us"]) for s in specs) + " |")
-
+        for spec in pass_specs:
+            r = row[spec]
+            cpu_ratio = median_range(ratios(r["cpu_us"], row[base]["cpu_us"])) if base else "n/a"
+            wall_ratio = median_range(ratios(r["wall_us"], row[base]["wall_us"])) if base else "n/a"
+            print(f"| {name} | {spec} | {r['passes']} | {median_range(r['cpu_us'], 0)} | "
+                  f"{median_range(r['wall_us'], 0)} | {cpu_ratio} | {wall_ratio} | "
+                  f"{median_range(r['match_insert_cpu_us'], 0)} |")
 
 if __name__ == "__main__":
     sys.exit(main())

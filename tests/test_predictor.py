@@ -490,3 +490,15 @@ def test_weak_model_keeps_laru_within_two_percent_of_lru_and_oracle_gives_opt():
         opt = native_replay(trace, "opt", capacity).hits.sum()
         oracle = native_replay(trace, "laru", capacity, make_predictions("oracle", trace), mode="async")
         assert oracle.hits.sum() == opt
+
+
+def test_a_batch_of_predictions_ranks_unknown_reuse_first():
+    # NaN ("never seen twice") must rank above every finite prediction: it is evicted first.
+    class Fixed(Predictor):
+        def predict(self, keys, now):
+            return [float("nan"), 5.0, 3]
+
+    table = PredictionTable(Fixed(), "sync", PolicyStats())
+    table.before_eviction([1, 2, 3], 0)
+    assert table.rank(1) == math.inf and table.rank(2) == 5.0 and table.rank(3) == 3.0
+    assert table.pick_victim([2, 3, 1]) == 1

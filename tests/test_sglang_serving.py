@@ -182,6 +182,21 @@ def test_a_pass_keys_each_leaf_once_and_builds_no_sglang_heap(monkeypatch):
     assert max(calls.values()) == 1  # each node keyed once in the pass, not once per victim
 
 
+def test_laru_fills_its_window_once_per_pass_not_once_per_victim(monkeypatch):
+    # The driver answers parent_key, so LARU tops its window up with the victim's parent
+    # instead of walking every leaf again at each pick (its decisions are the same:
+    # test_kv_sglang compares them with lcr's tree).
+    from lcr.kv.laru import LARU
+
+    fills = Counter()
+    fill = LARU._fill_window
+    monkeypatch.setattr(LARU, "_fill_window", lambda self, leaves: fills.update(["fill"]) or fill(self, leaves))
+    w, capacity, policy, cache, allocator = served_laru()
+    m = cache.driver.metrics()
+    assert m["evictions"] > m["eviction_passes"]  # some passes have several victims
+    assert 0 < fills["fill"] <= m["eviction_passes"]
+
+
 def test_the_metric_covers_whole_passes():
     w, capacity, policy, cache, allocator = served_laru()
     m = cache.driver.metrics()

@@ -50,6 +50,8 @@ def first_token_key(node) -> int:
 class PolicyDriver(CacheView):
     """Feeds one ``LeafPolicy`` from SGLang's tree and counts what it did."""
 
+    knows_parents = True  # parent_key answers for the pass's leaves: LARU keeps its window
+
     def __init__(self, policy: LeafPolicy, *, capacity_tokens: int, page_size: int = 1,
                  sim_keys: bool = False):
         self.policy = policy.bind(self)
@@ -84,19 +86,6 @@ class PolicyDriver(CacheView):
             key = self._keys[node.id] = prefix_key(parent_key, node.key.token_ids[:self.page_size])
         return key
 
-    def path_keys(self, node) -> tuple[list[int], list[int]]:
-        """Keys root-down to ``node``, and the tokens from the root to each one's end."""
-        nodes, root = [], self.tree_core.root_node
-        while node is not None and node is not root:
-            nodes.append(node)
-            node = node.parent
-        nodes.reverse()
-        depths, total = [], 0
-        for n in nodes:
-            total += len(n.key)
-            depths.append(total)
-        return [self.key_of(n) for n in nodes], depths
-
     # CacheView ----------------------------------------------------------------------
     def cached_keys(self):
         return [self.key_of(n) for n in self._cached_nodes()]
@@ -123,15 +112,31 @@ class PolicyDriver(CacheView):
     def _report(self, node, now: int) -> None:
         """Tell the policy about the path to ``node`` at ``now``: each node once per
         request (a request matches once and inserts up to three times), and never at a
-        time older than one already reported for it (requests insert out of order)."""
-        keys, depths = self.path_keys(node) if node is not None else ([], [])
-        reported, fresh_keys, fresh_depths = self._reported, [], []
-        for key, depth in zip(keys, depths):
-            if reported.get(key, -1) < now:
-                reported[key] = now
-                fresh_keys.append(key)
-                fresh_depths.append(depth)
-        self.policy.on_access(fresh_keys, now, fresh_depths)
+        time older than one already reported for it (requests insert out of order).
+
+        A node is reported with every ancestor, so an ancestor's time is never older
+        than its descendants': the walk up stops at the first node reported at ``now``
+        or later (an insert re-walks only its new nodes), and only sums the lengths
+        above it, for the depths."""
+        root, reported = self.tree_core.root_node, self._reported
+        fresh = []  # (key, node) bottom-up, not yet reported at ``now``
+        while node is not None and node is not root:
+            key = self.key_of(node)
+            if reported.get(key, -1) >= now:
+                break
+            reported[key] = now
+            fresh.append((key, node))
+            node = node.parent
+        above = 0  # tokens from the root to the end of the first node not reported now
+        while fresh and node is not None and node is not root:
+            above += len(node.key)
+            node = node.parent
+        keys, depths = [], []
+        for key, n in reversed(fresh):
+            above += len(n.key)
+            keys.append(key)
+            depths.append(above)
+        self.policy.on_access(keys, now, depths)  # even with none: the request still happened
 
     def on_match(self, params, result) -> None:
         rid = getattr(getattr(params, "req", None), "rid", None)

@@ -49,6 +49,7 @@ Not thread-safe: one engine thread drives a policy.
 """
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 
@@ -268,12 +269,17 @@ class LARURules(_Predictive):
 
 
 class LARU(LARURules):
-    """LARU with the window kept incrementally (see the module docstring)."""
+    """LARU with the window kept incrementally (see the module docstring).
+
+    The window is a plain list of (last access, key), oldest first, kept sorted by
+    bisection: a round only removes its victims, appends younger leaves and inserts a
+    victim's parent, so list moves (C memmove) beat a tree's bookkeeping at any window
+    size a pass sees; the first pick of a round heapifies its predictions in one go."""
 
     def __init__(self, predictor: NextAccessPredictor, **options):
         super().__init__(predictor, **options)
         self._ready = False
-        self._members = SortedList()   # (last access, key) of the window
+        self._members: list[tuple[int, int]] = []  # (last access, key) of the window, sorted
         self._in_window: set[int] = set()
         self._heap: list[tuple[float, int, int]] = []  # (-rank, last access, key)
         self._hint: int | None = None  # the last victim's parent: it may become a leaf
@@ -304,10 +310,13 @@ class LARU(LARURules):
         return heap[0][2], oldest
 
     def round_evicts(self, victim):
-        last = self.last_access.get(victim)
         if victim in self._in_window:
             self._in_window.discard(victim)
-            self._members.discard((last, victim))
+            members = self._members
+            entry = (self.last_access.get(victim), victim)
+            i = bisect.bisect_left(members, entry)
+            if i < len(members) and members[i] == entry:
+                del members[i]
         if self.view is not None and self.view.knows_parents:
             self._hint = self.view.parent_key(victim)
         else:
@@ -315,13 +324,13 @@ class LARU(LARURules):
 
     def _fill_window(self, leaves):
         self._l = self.window
-        self._members = SortedList(self.oldest_leaves(leaves, self._l))
+        self._members = self.oldest_leaves(leaves, self._l)  # oldest first: already sorted
         self._in_window = {key for _, key in self._members}
         self._heap = []
         self._hint = None
         self._failed = False if not self._predicted else self._failed
         self._ready = True
-        self._add(list(self._members))
+        self._add(self._members)
 
     def _update_window(self, leaves):
         members, new = self._members, []
@@ -329,7 +338,7 @@ class LARU(LARURules):
         if hint is not None and members and hint in leaves and hint not in self._in_window:
             entry = (self.last_access.get(hint, -1), hint)
             if entry < members[-1]:  # younger ones are found by the top-up below
-                members.add(entry)
+                bisect.insort(members, entry)
                 self._in_window.add(hint)
                 new.append(entry)
         while len(members) > self._l:
@@ -338,9 +347,8 @@ class LARU(LARURules):
         if len(members) < self._l:
             after = members[-1] if members else None
             more = self.oldest_leaves(leaves, self._l - len(members), after)
-            for entry in more:
-                members.add(entry)
-                self._in_window.add(entry[1])
+            members.extend(more)  # all younger than the window's youngest
+            self._in_window.update(key for _, key in more)
             new.extend(more)
         new = [e for e in new if e[1] in self._in_window]
         if new:
@@ -351,11 +359,16 @@ class LARU(LARURules):
         leaf needs no prediction: it is LRU's choice)."""
         if self._l <= 1 or self._failed or not entries:
             return
-        keys = [key for _, key in entries if key not in self._predicted]
+        predicted = self._predicted
+        keys = [key for _, key in entries if key not in predicted]
         if keys and not self.predict(keys, self._now):
             self._failed = True  # the rest of this round follows LRU
             return
-        self._predicted.update(keys)
-        rank = self.table.rank
-        for last, key in entries:
-            heapq.heappush(self._heap, (-rank(key), last, key))
+        predicted.update(keys)
+        rank, heap = self.table.rank, self._heap
+        if heap:
+            for last, key in entries:
+                heapq.heappush(heap, (-rank(key), last, key))
+        else:
+            heap.extend([(-rank(key), last, key) for last, key in entries])
+            heapq.heapify(heap)

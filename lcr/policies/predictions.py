@@ -65,8 +65,10 @@ class PredictionTable:
         self._predicted[key] = math.inf if math.isnan(value) else value
 
     def update_many(self, keys: Sequence[int], values: Sequence[float]) -> None:
+        predicted, inf = self._predicted, math.inf  # update() inlined: one call per batch
         for key, value in zip(keys, values):
-            self.update(key, value)
+            value = float(value)
+            predicted[key] = inf if value != value else value  # NaN: unknown, evicted first
 
     def forget(self, key: int) -> None:
         self._predicted.pop(key, None)
