@@ -333,7 +333,8 @@ def test_sim_route_cli_runs_and_rejects_bad_input(tmp_path):
     assert "cache_aware" in ok.stdout and (tmp_path / "r.json").exists()
     for bad in (["gsp:groups=0"], ["gsp", "--workers", "0"], ["gsp", "--routers", "nope"],
                 ["gsp", "--arrivals", "poisson:rate=-1"], ["gsp", "--policies", "opt"],
-                ["gsp", "--routers", "lbgr:features=x"], ["gsp", "--slots", "0"]):
+                ["gsp", "--routers", "lbgr:features=x"], ["gsp", "--slots", "0"],
+                ["gsp", "--limit", "0"], ["gsp", "--seed", "-1"]):
         out = lcr(*bad)
         assert out.returncode == 2, (bad, out.stderr)
         assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr

@@ -11,6 +11,7 @@ from lcr.route.routers import ROUTERS, make_router
 from lcr.route.service import ServiceModel
 from lcr.route.workload import (azure_arrivals, from_trace, poisson_arrivals, shared_prefix,
                                 with_arrivals)
+from lcr.sim.args import check_limit, check_seed
 from lcr.sim.cli import split_policies
 from lcr.sim.sweep import PolicySpec
 
@@ -174,10 +175,8 @@ def run(args) -> int:
     sizes = _ints(args.cache_tokens, "--cache-tokens", 1, 1 << 40)
     if args.block_tokens < 1:
         raise LcrInputError(f"--block-tokens must be at least 1, got {args.block_tokens}")
-    if args.limit is not None and args.limit < 1:
-        raise LcrInputError(f"--limit must be at least 1, got {args.limit}")
-    if args.seed < 0:
-        raise LcrInputError(f"--seed must be >= 0, got {args.seed}")
+    check_limit(args.limit)
+    check_seed(args.seed)
     service = service_model(args)
     pairs = load_requests(args.workload, args.block_tokens, args.seed, args.limit)
     requests = with_arrivals(pairs, arrival_times(args.arrivals, len(pairs), args.seed))
