@@ -40,11 +40,15 @@ def test_answers_are_the_age_plus_at_most_one_boundary_and_split_parts_are_unkno
     assert math.isnan(predictor.predict([10**9], now)[0])
 
 
-def test_laru_with_the_belady_predictor_beats_lru_at_every_size(chat_slice):
+@pytest.mark.parametrize("rules", [{}, {"confidence": "phase"}], ids=["shadow-default", "phase"])
+def test_laru_with_the_belady_predictor_beats_lru_at_every_size(chat_slice, rules):
     w = chat_slice
     for percent in (2, 5, 10):
         capacity = w.distinct_tokens * percent // 100
         lru = replay_lcr(w, capacity, make_policy("lru", w))
         laru = replay_lcr(w, capacity, make_policy(
-            "laru", w, predictor=make_path_predictor("lightgbm-belady", w, 0.0, 0), confidence="phase"))
-        assert laru > lru, (percent, laru / lru)
+            "laru", w, predictor=make_path_predictor("lightgbm-belady", w, 0.0, 0), **rules))
+        if rules or percent == 2:
+            assert laru > lru, (percent, laru / lru)
+        else:  # on this slice the default is 0.9988 of LRU at 5% (1.007 on the whole replay)
+            assert laru >= 0.99 * lru, (percent, laru / lru)  # within its slack

@@ -12,6 +12,7 @@ The backends register as ``lcr-laru``, ``lcr-fpb``, ``lcr-hf`` and ``lcr-rlt`` (
 """
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from collections import OrderedDict
@@ -39,6 +40,26 @@ _REMEMBERED_REQUESTS = 4096  # waiting requests are re-matched every round; coun
 def prefix_key(parent_key: int, first_tokens) -> int:
     """Serving-mode node key: a hash of the prefix through the node's first page."""
     return hash((parent_key, tuple(first_tokens)))
+
+
+def request_blocks(token_ids, page_size: int, sim_keys: bool) -> tuple[list[int], list[int]]:
+    """A request as blocks (ids, tokens), root first, for policies that keep a shadow
+    cache (``LeafPolicy.wants_requests``). Simulation mode: each run of one token value
+    is a block and the value its path id; serving mode: a page each, named by a hash of
+    the prefix through it (one hash per page)."""
+    paths, tokens = [], []
+    if sim_keys:
+        for value, run in itertools.groupby(token_ids):
+            paths.append(int(value))
+            tokens.append(sum(1 for _ in run))
+        return paths, tokens
+    key = 0
+    for start in range(0, len(token_ids), page_size):
+        page = tuple(token_ids[start:start + page_size])
+        key = hash((key, page))
+        paths.append(key)
+        tokens.append(len(page))
+    return paths, tokens
 
 
 def first_token_key(node) -> int:
@@ -147,6 +168,9 @@ class PolicyDriver(CacheView):
             if len(self._request_time) > _REMEMBERED_REQUESTS:
                 self._request_time.popitem(last=False)
         self.now += 1
+        if self.policy.wants_requests:
+            self.policy.on_request(*request_blocks(params.key.token_ids, self.page_size, self.sim_keys),
+                                   self.now)
         node = self.tree_core.node_by_id(result.last_device_node)
         self._report(node, self.now)
         tokens, matched = params.key.token_ids, result.device_prefix_len

@@ -6,9 +6,10 @@ Rules (each measured in docs/kv.md; the options name the alternatives tried):
   live at every eviction round; the window is the l = max(floor(lambda * k), 1) oldest
   evictable leaves. Leaves never outnumber nodes, so at lambda = 1 every evictable leaf
   is a candidate and exact predictions make LARU leaf-OPT.
-* Phase (``phase``): ``nodes`` (default) starts a phase when room is needed and no node
-  cached at the previous phase start is left unrequested (the set O); ``tokens`` starts
-  one when the distinct tokens requested in the phase reach the capacity.
+* Phase (``phase``): ``tokens`` (default, the authors') starts a phase when the
+  distinct tokens requested in the phase reach the capacity; ``nodes`` starts one when
+  room is needed and no node cached at the previous phase start is left unrequested
+  (the set O).
 * Induced miss (``check``): a request whose first missing block heads a node that a
   prediction evicted in this phase. ``evict`` (default) checks when that request needs
   room; ``insert`` (the authors') checks every request that misses, room or not.
@@ -21,7 +22,16 @@ Rules (each measured in docs/kv.md; the options name the alternatives tried):
   whole phase; ``cached`` drops it once the node is cached again.
 * Fallback (``fallback``): ``round`` evicts the whole eviction round of an induced miss
   by LRU; ``one`` (the authors') gives one LRU eviction per induced miss.
-* Confidence (``confidence``): ``phase`` (Algorithm 1) resets lambda to 1 at every
+* Confidence (``confidence``), default ``shadow``: an exact LRU of the same capacity
+  runs beside the cache (``lcr.kv.shadow.ShadowLRU``, fed by the engine's
+  ``on_request``). A phase that starts with this cache's hit tokens at least
+  (1 - ``slack``) of the shadow's (slack 0.01, half of the 2% that inverted predictions
+  may cost) follows Algorithm 1 (lambda 1, shrunk by b per induced miss); any other phase
+  is LRU, and a trusted phase that falls behind turns LRU for its rest. So the loss to
+  LRU is at most slack plus what one trusted stretch costs before its misses show, while
+  a predictor that is ahead keeps full use of its window. With exact predictions no
+  phase is ever behind (leaf-OPT). An engine that sends no requests gets ``guarded``.
+  ``phase`` (Algorithm 1) resets lambda to 1 at every
   phase start; ``earned`` keeps it across phases and multiplies it by b only after a
   phase without an induced miss; ``guarded`` is ``earned`` where an induced miss also
   makes the rest of its phase LRU and costs one more shrink when the phase ends (a small
@@ -63,7 +73,7 @@ PHASES = ("nodes", "tokens")
 CHECKS = ("evict", "insert")
 RECORDS = ("phase", "cached")
 FALLBACKS = ("round", "one")
-CONFIDENCES = ("phase", "earned", "guarded", "balance")
+CONFIDENCES = ("shadow", "phase", "earned", "guarded", "balance")
 INDUCED = ("phase", "stale")
 
 
@@ -74,9 +84,9 @@ class LARURules(_Predictive):
     name = "laru"
 
     def __init__(self, predictor: NextAccessPredictor, k: int | None = None, b: float = 2.0,
-                 shrink_every: int | None = 1, phase: str = "nodes", check: str = "evict",
-                 record: str = "cached", fallback: str = "round", confidence: str = "earned",
-                 induced: str = "stale", horizon: float = 0.0, slack: float = 0.02):
+                 shrink_every: int | None = 1, phase: str = "tokens", check: str = "evict",
+                 record: str = "cached", fallback: str = "round", confidence: str = "shadow",
+                 induced: str = "stale", horizon: float = 0.0, slack: float | None = None):
         super().__init__(predictor)
         if k is not None and k < 1:
             raise ValueError(f"laru needs k >= 1, got {k}")
@@ -105,6 +115,8 @@ class LARURules(_Predictive):
         self.requested = SortedList()  # (time requested, key) of cached nodes (induced="stale")
         self._requested_at: dict[int, int] = {}
         self._split_off: list[int] = []
+        if slack is None:  # half of the 2% that p = 1 may lose (shadow); balance's estimate
+            slack = 0.01 if confidence == "shadow" else 0.02
         if not horizon >= 0 or not slack >= 0:
             raise ValueError(f"laru needs horizon >= 0 and slack >= 0, got {horizon}, {slack}")
         # confidence="balance": estimated hit tokens over LRU's replace induced misses
@@ -114,6 +126,16 @@ class LARURules(_Predictive):
         self._lru_round = False
         self._lru_budget = 0
         self._lru_phase = False  # confidence="guarded": an induced miss ends predictions for the phase
+        # confidence="shadow": an exact LRU beside the cache (made at the engine's first
+        # on_request) and this cache's own hit tokens; ``trusted``: this phase follows
+        # the predictions (Algorithm 1), else LRU
+        self.wants_requests = confidence == "shadow"
+        self.shadow = None
+        self.hit_tokens = 0
+        self._hit_now = -1
+        self.trusted = False
+        self.behind = False  # more than ``slack`` behind LRU: an LRU phase
+        self.floor_lam = 1.0  # guarded's lambda, for the phases neither trusted nor behind
         self._started = False
         self.stats.extra.update(phases=0, prediction_induced_misses=0)
 
@@ -126,7 +148,19 @@ class LARURules(_Predictive):
         return max(math.floor(self.lam * self.k), 1)
 
     # Events ---------------------------------------------------------------------------
+    def on_request(self, paths, tokens, now):
+        if self.shadow is None and self.view is not None:
+            from lcr.kv.shadow import ShadowLRU
+
+            self.shadow = ShadowLRU(self.view.capacity_tokens)
+        if self.shadow is not None:
+            self.shadow.request(paths, tokens, now)
+
     def on_access(self, keys, now, depths=None):
+        if self.wants_requests and now != self._hit_now:  # a request's first report: its hits
+            self._hit_now = now
+            if keys and depths and keys[-1] in self.last_access:
+                self.hit_tokens += depths[-1]
         if self.balance is not None and depths is not None and self.view is not None:
             self.balance.access(keys, depths, now, keys[-1] in self.last_access if keys else False,
                                 self.view.capacity_tokens)
@@ -178,6 +212,9 @@ class LARURules(_Predictive):
             scale = self.balance.hits + self.view.capacity_tokens if self.view is not None else self.balance.hits
             behind = self.balance.settle(now) < -self.slack * scale
             self.lam = 0.0 if behind else 1.0
+        if self.trusted and not self._ahead():  # a trusted phase fell behind LRU: LRU from here
+            self.trusted, self.behind = False, True
+            self._lru_phase = True
         if self.check == "evict" and missing is not None:
             self._check_induced(missing)
         self.k = self.fixed_k or max(1, len(self.last_access))
@@ -231,6 +268,20 @@ class LARURules(_Predictive):
             return self.phase_tokens >= self.view.capacity_tokens
         return not self.old
 
+    @property
+    def _guarded(self) -> bool:
+        return self.confidence == "guarded"
+
+    @property
+    def _guarded_phase(self) -> bool:
+        """A ``shadow`` phase neither ahead of LRU nor behind it: guarded's rules."""
+        return self.confidence == "shadow" and not self.trusted and not self.behind
+
+    def _ahead(self) -> bool:
+        """This cache's hit tokens are at least (1 - slack) of the shadow LRU's."""
+        shadow = self.shadow
+        return shadow is not None and self.hit_tokens >= (1.0 - self.slack) * shadow.hits
+
     def _check_induced(self, key: int) -> None:
         evicted_at = self.evicted_by_prediction.get(key)
         if evicted_at is None or self.balance is not None:
@@ -241,7 +292,9 @@ class LARURules(_Predictive):
         self._induced_in_phase += 1
         if self.record == "cached":
             self.evicted_by_prediction.pop(key, None)
-        self._lru_phase = self.confidence == "guarded"
+        self._lru_phase = self._lru_phase or self._guarded or self._guarded_phase
+        if self._guarded_phase and self._induced_in_phase % self.shrink_every == 0:
+            self.floor_lam /= self.b
         if self.fallback == "round":
             self._lru_round = True
         else:
@@ -256,15 +309,23 @@ class LARURules(_Predictive):
         self.k = self.fixed_k or max(1, len(self.old))
         if self.confidence == "phase":
             self.lam = 1.0
-        elif self.confidence in ("earned", "guarded"):  # balance sets its window elsewhere
+        elif self.confidence == "earned" or self._guarded:  # balance sets its window elsewhere
             if self._induced_in_phase == 0:
                 self.lam = min(1.0, self.lam * self.b)
-            elif self.confidence == "guarded":
+            elif self._guarded:
                 self.lam /= self.b
+        elif self.confidence == "shadow":
+            if self._guarded_phase:  # guarded's lambda moves in its own phases only
+                self.floor_lam = min(1.0, self.floor_lam * self.b) if self._induced_in_phase == 0 \
+                    else self.floor_lam / self.b
+            shadow = self.shadow
+            self.trusted = self._ahead()
+            self.behind = shadow is not None and not self.trusted
+            self.lam = 1.0 if self.trusted else self.floor_lam
         if self.induced == "phase":
             self.evicted_by_prediction.clear()
         self._induced_in_phase = 0
-        self._lru_phase = False
+        self._lru_phase = self.confidence == "shadow" and self.behind
         self.stats.extra["phases"] += 1
 
 

@@ -83,6 +83,14 @@ class LeafPolicy(ABC):
         for key in keys:
             self._touch(key, now)
 
+    #: Whether the engine should send ``on_request`` (it costs the engine a walk of the
+    #: request's blocks, so only policies that keep a shadow cache ask for it).
+    wants_requests: bool = False
+
+    def on_request(self, paths: Sequence[int], tokens: Sequence[int], now: int) -> None:
+        """A request arrives, before ``on_access``: its blocks' path ids and tokens, root
+        first (only sent to policies with ``wants_requests``)."""
+
     def on_miss(self, key: int, now: int) -> None:
         """A request found its blocks cached only up to ``key`` (its first missing block),
         whether or not room must be made for it."""
