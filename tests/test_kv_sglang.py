@@ -53,6 +53,22 @@ def test_sglang_tree_and_lcr_tree_hit_the_same_tokens(name, noise):
         replay_lcr(w, capacity, policy(name, w, capacity, noise))
 
 
+def test_the_sglang_driver_feeds_laru_s_shadow_lru_the_same_requests():
+    # The default LARU keeps an exact LRU beside the cache from the engine's on_request:
+    # inside SGLang it must count LRU's own hit tokens, and decide as in lcr's tree.
+    w = online_qa()
+    capacity = w.distinct_tokens // 10
+    inverted = policy("laru", w, capacity, 1.0)
+    hits = replay_sglang(w, capacity, inverted)
+    assert inverted.shadow is not None and inverted.shadow.hits == replay_lcr(w, capacity, LRU())
+    assert hits == replay_lcr(w, capacity, policy("laru", w, capacity, 1.0))
+    blocks = integ.request_blocks([7, 7, 9, 9, 9, 4], page_size=2, sim_keys=True)
+    assert blocks == ([7, 9, 4], [2, 3, 1])
+    paths, tokens = integ.request_blocks([1, 2, 3, 4, 5], page_size=2, sim_keys=False)
+    assert tokens == [2, 2, 1] and len(set(paths)) == 3
+    assert integ.request_blocks([1, 2, 3, 9], page_size=2, sim_keys=False)[0][0] == paths[0]  # a prefix's hash
+
+
 @pytest.mark.parametrize("name", ["lru", "laru"])
 def test_engines_agree_on_a_mooncake_slice(name):
     trace = real_trace("mooncake").head(int(real_trace("mooncake").request_offsets[300]))
