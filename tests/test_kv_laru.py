@@ -158,7 +158,8 @@ def recorded(cls, w, capacity, predictor, **options):
 @pytest.mark.parametrize("options", [{}, {"check": "insert", "record": "phase", "fallback": "one"},
                                      {"shrink_every": 0, "phase": "tokens", "induced": "phase",
                                       "confidence": "phase"},
-                                     {"phase": "tokens", "confidence": "guarded"}])
+                                     {"phase": "tokens", "confidence": "guarded"},
+                                     {"phase": "nodes", "confidence": "earned"}])
 def test_incremental_window_makes_the_spec_decisions_victim_by_victim(noise, options):
     trace = real_trace("mooncake")
     w = build_workload(trace.head(int(trace.request_offsets[600])))
