@@ -25,4 +25,5 @@ PYBIND11_MODULE(_native, m) {
     lcr::register_sim_lfu(m);
     lcr::register_forest(m);
     lcr::register_key_slots(m);
+    lcr::register_stamp_order(m);
 }

@@ -25,4 +25,6 @@ void register_sim_wtinylfu(pybind11::module_& m);
 void register_sim_lfu(pybind11::module_& m);
 void register_forest(pybind11::module_& m);
 void register_key_slots(pybind11::module_& m);
+// The radix-cache policies' recency order (lcr.kv.policies).
+void register_stamp_order(pybind11::module_& m);
 }  // namespace lcr

@@ -65,11 +65,12 @@ class GuardedPredictor:
         try:
             values = self.inner.predict(keys, now)
         except Exception:
+            self._pass_spent += self._clock() - started
             self._back_off(started, "failed")
             raise
-        finally:
-            self._pass_spent += self._clock() - started
-        if self._clock() - started > self.timeout_s:
+        elapsed = self._clock() - started  # one clock read serves the budget and the timeout
+        self._pass_spent += elapsed
+        if elapsed > self.timeout_s:
             self._back_off(started, "was slow")  # this answer is used; the next ones wait
         elif self._failing:
             self._failing = False

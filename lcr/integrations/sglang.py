@@ -75,7 +75,7 @@ class PolicyDriver(CacheView):
 
     def __init__(self, policy: LeafPolicy, *, capacity_tokens: int, page_size: int = 1,
                  sim_keys: bool = False):
-        self.policy = policy.bind(self)
+        self._use(policy)
         self.capacity_tokens = capacity_tokens
         self.page_size = max(1, page_size)
         self.sim_keys = sim_keys
@@ -95,6 +95,11 @@ class PolicyDriver(CacheView):
         self._logged_prediction = False
         self.exporter = None  # a PolicyMetricsExporter when SGLang runs with --enable-metrics
         self._carried: dict[str, int] = {}  # counts of policies replaced by restart()
+
+    def _use(self, policy: LeafPolicy) -> None:
+        self.policy = policy.bind(self)
+        # a guarded predictor's per-pass budget restarts at every pass
+        self._begin_pass = getattr(getattr(policy, "predictor", None), "begin_pass", None)
 
     # Keys ---------------------------------------------------------------------------
     def key_of(self, node) -> int:
@@ -216,9 +221,8 @@ class PolicyDriver(CacheView):
     def begin_eviction(self) -> None:
         """An eviction pass starts: fresh predictor budget, leaves collected on first pick."""
         self._pass_leaves, self._last_victim = None, None
-        begin_pass = getattr(getattr(self.policy, "predictor", None), "begin_pass", None)
-        if begin_pass is not None:
-            begin_pass()
+        if self._begin_pass is not None:
+            self._begin_pass()
         self.policy.begin_eviction(self.pending_missing, max(self.now, 0))
 
     def end_pass(self, seconds: float) -> None:
@@ -237,7 +241,11 @@ class PolicyDriver(CacheView):
             if parent is not None and parent in leaves:
                 by_key[self.key_of(parent)] = parent
         if by_key is None or len(by_key) != len(leaves):
-            by_key = self._pass_leaves = {self.key_of(node): node for node in leaves}
+            known, key_of = self._keys, self.key_of
+            by_key = self._pass_leaves = {}
+            for node in leaves:  # serving keys are cached by node id: looked up inline
+                key = None if self.sim_keys else known.get(node.id)
+                by_key[key_of(node) if key is None else key] = node
         return by_key
 
     def pick(self, leaves) -> object:
@@ -263,7 +271,7 @@ class PolicyDriver(CacheView):
         predictor history all described nodes that are gone); counters carry on."""
         for name, value in self._policy_counts().items():
             self._carried[name] = self._carried.get(name, 0) + value
-        self.policy = policy.bind(self)
+        self._use(policy)
         self.now, self.pending_missing = -1, None
         self._keys.clear()
         self._request_time.clear()

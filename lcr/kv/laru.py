@@ -63,8 +63,7 @@ import bisect
 import heapq
 import math
 
-from sortedcontainers import SortedList
-
+from lcr._native import StampOrder
 from lcr.kv.policies import _Predictive, as_container, restamp
 from lcr.kv.reuse import LRUBalance
 from lcr.policies.predictions import NextAccessPredictor
@@ -112,7 +111,7 @@ class LARURules(_Predictive):
         self._phase_seen: set[int] = set()
         self._size: dict[int, int] = {}  # tokens of each node, from access depths
         self.evicted_by_prediction: dict[int, int] = {}  # key -> time of that eviction
-        self.requested = SortedList()  # (time requested, key) of cached nodes (induced="stale")
+        self.requested = StampOrder()  # (time requested, key) of cached nodes (induced="stale")
         self._requested_at: dict[int, int] = {}
         self._split_off: list[int] = []
         if slack is None:  # half of the 2% that p = 1 may lose (shadow); balance's estimate
@@ -224,7 +223,7 @@ class LARURules(_Predictive):
         super().on_evicted(key)
         stamp = self._requested_at.pop(key, None)
         if stamp is not None:
-            self.requested.discard((stamp, key))
+            self.requested.discard(stamp, key)
         self.old.discard(key)
         self._size.pop(key, None)
 
@@ -286,7 +285,8 @@ class LARURules(_Predictive):
         evicted_at = self.evicted_by_prediction.get(key)
         if evicted_at is None or self.balance is not None:
             return
-        if self.induced == "stale" and not (self.requested and self.requested[0][0] < evicted_at):
+        oldest = self.requested.first() if self.induced == "stale" else None
+        if self.induced == "stale" and not (oldest is not None and oldest[0] < evicted_at):
             return  # every cached node was requested since: that eviction cost nothing
         self.stats.extra["prediction_induced_misses"] += 1
         self._induced_in_phase += 1
@@ -426,10 +426,11 @@ class LARU(LARURules):
             self._failed = True  # the rest of this round follows LRU
             return
         predicted.update(keys)
-        rank, heap = self.table.rank, self._heap
+        heap = self._heap
+        ranks = self.table.ranks([key for _, key in entries])
         if heap:
-            for last, key in entries:
-                heapq.heappush(heap, (-rank(key), last, key))
+            for (last, key), rank in zip(entries, ranks):
+                heapq.heappush(heap, (-rank, last, key))
         else:
-            heap.extend([(-rank(key), last, key) for last, key in entries])
+            heap.extend([(-rank, last, key) for (last, key), rank in zip(entries, ranks)])
             heapq.heapify(heap)

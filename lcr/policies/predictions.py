@@ -54,6 +54,11 @@ class PredictionTable:
         """Eviction rank of ``key``: the largest rank is evicted first."""
         return self._predicted.get(key, math.inf)
 
+    def ranks(self, keys: Iterable[int]) -> list[float]:
+        """``rank`` of each key, in one call."""
+        get, inf = self._predicted.get, math.inf
+        return [get(key, inf) for key in keys]
+
     def pick_victim(self, candidates: Iterable[int]) -> int:
         """The candidate with the largest rank; the first one (least recent) on ties."""
         get, inf = self._predicted.get, math.inf
