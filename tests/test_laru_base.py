@@ -2,6 +2,8 @@
 decisions when predictions say nothing, and the dry-run order itself."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -11,7 +13,7 @@ from lcr.predict import ArrayPredictor
 from lcr.predict.experimental import constant_predictions, oracle_predictions
 from lcr.sim import PolicySpec, replay, run_one
 from lcr.sim.native import native_replay
-from lcr.traces import generate
+from lcr.traces import Trace, generate
 
 BASES = ["s3fifo", "lfu"]
 TRACES = ["zipf:requests=5000,keys=700,alpha=0.9,seed=4", "scan:requests=5000,hot_keys=250,scan_length=300,scan_every=1200",
@@ -103,3 +105,18 @@ def test_default_base_is_lru_and_unknown_bases_are_refused():
     with pytest.raises(LcrInputError):
         run_one(trace, PolicySpec("laru", (("base", "s3fifo"),)), 40, engine="native")
     assert run_one(trace, PolicySpec("laru", (("base", "s3fifo"),)), 40).misses > 0  # auto: the spec
+
+
+def test_theorem1_robustness_needs_the_recency_order():
+    """Theorem 1 counts at most k base evictions per phase because LRU's victim is always an
+    old item; LFU's is not: two hot keys pin LFU's cache, and LARU over LFU with predictions
+    that say nothing misses every alternating request, far above (k + log_b k + 2) OPT + k,
+    while LARU over LRU stays within it."""
+    keys = np.array([0, 1] * 500 + [2, 3] * 2000)
+    trace = Trace(keys)
+    capacity, values = 3, constant_predictions(trace, 0.0, 0)
+    opt = run_one(trace, PolicySpec("opt"), capacity).misses
+    bound = (capacity + math.log(capacity, 2) + 2) * opt + capacity
+    _, over_lfu = laru_run(trace, capacity, values, base="lfu")
+    _, over_lru = laru_run(trace, capacity, values, base="lru")
+    assert len(trace) - over_lru.hits.sum() <= bound < len(trace) - over_lfu.hits.sum()
