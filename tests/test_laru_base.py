@@ -120,3 +120,21 @@ def test_theorem1_robustness_needs_the_recency_order():
     _, over_lfu = laru_run(trace, capacity, values, base="lfu")
     _, over_lru = laru_run(trace, capacity, values, base="lru")
     assert len(trace) - over_lru.hits.sum() <= bound < len(trace) - over_lfu.hits.sum()
+
+
+def test_a_window_key_leaving_s3fifo_keeps_s3fifo_state():
+    """A non-head key chosen by LARU leaves S into the ghost (so its return goes to M, as
+    for S's own victims) and leaves M without a ghost entry; nothing else moves."""
+    policy = make_policy("s3fifo", 20)  # S holds 2 keys, M 18
+    for t, key in enumerate(range(20)):
+        policy.access(key, t)
+    small_key, main_key = list(policy.small)[-1], list(policy.main)[-1]
+    before_small, before_main = list(policy.small), list(policy.main)
+    policy.plan_eviction(small_key, head=False)
+    policy.access(100, 20)
+    assert policy.last_evicted == small_key and small_key in policy.ghost
+    assert list(policy.main) == before_main and list(policy.small) == [k for k in before_small if k != small_key] + [100]
+    policy.plan_eviction(main_key, head=False)
+    policy.access(small_key, 21)  # back from the ghost: straight into M
+    assert policy.last_evicted == main_key and main_key not in policy.ghost
+    assert list(policy.main)[-1] == small_key
