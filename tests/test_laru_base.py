@@ -102,7 +102,7 @@ def test_default_base_is_lru_and_unknown_bases_are_refused():
         LARU(4, ArrayPredictor(values), base="arc")
     with pytest.raises(ValueError, match="no native core"):
         native_replay(trace, "laru", 40, values, base="s3fifo")
-    with pytest.raises(LcrInputError):
+    with pytest.raises(LcrInputError, match="only base=lru has a native core"):
         run_one(trace, PolicySpec("laru", (("base", "s3fifo"),)), 40, engine="native")
     assert run_one(trace, PolicySpec("laru", (("base", "s3fifo"),)), 40).misses > 0  # auto: the spec
 

@@ -8,8 +8,8 @@ ghosts) and sees every request; LARU's victim is handed to it before the miss
 (``plan_eviction``) and evicted inside the heuristic's own miss handling, at the moment
 it would evict (S3-FIFO looks its ghost up before evicting). When LARU's victim is the
 head the heuristic evicts by its own procedure; any other key of the window just leaves
-(each policy's ``evict_key`` says what state it leaves behind). So with l = 1 LARU makes exactly the
-heuristic's decisions, and with l = k the window is the whole cache.
+(each policy's ``evict_key`` says what state it leaves behind). So with l = 1 LARU makes
+exactly the heuristic's decisions, and with l = k the window is the whole cache.
 """
 from __future__ import annotations
 
