@@ -12,6 +12,9 @@ threshold) the key moves to M with frequency 0 and S looks again; otherwise it i
 evicted into G (G drops its own oldest when full). M reinserts its oldest key at the
 new end with frequency min(f, 3) - 1 while f >= 1 and evicts the first with f = 0.
 
+``eviction_order`` and ``evict_key`` let LARU run its window over S3-FIFO's order
+(``laru:base=s3fifo``, ``lcr.policies.base_order``); S3-FIFO alone never calls them.
+
 Differs from libCacheSim only below k = 20: there S gets at least one slot and always
 admits (libCacheSim's small queue of int(0.1 k) <= 1 slots admits nothing, so it
 caches nothing at all).
