@@ -13,12 +13,6 @@ On a miss into a full cache:
 ``b`` once every ``shrink_every`` prediction-induced misses of a phase (the paper uses
 k/32 there, see ``llm_shrink_every``); the default 1 is Algorithm 1 as written.
 
-``base`` picks the order the window runs over (``lcr.policies.base_order``): ``lru`` (the
-paper's), ``s3fifo`` or ``lfu``: the l keys that policy would evict next; the
-prediction-induced branch evicts that policy's own victim. With l = k the window is
-still the whole cache, so oracle predictions still give OPT; the robustness bound of
-Theorem 1 holds relative to the base policy, not to LRU (docs/policies.md).
-
 ``record`` replaces the exact set of prediction-evicted keys with any object offering
 ``add``, ``discard``, ``clear`` and ``in`` (SlabHash keeps a bitset, see
 ``lcr.embedding.reference.BitsetRecord``).
@@ -29,15 +23,9 @@ import math
 from typing import MutableSet
 
 from lcr.policies.base import Policy
-from lcr.policies.base_order import HeuristicOrder
-from lcr.policies.lfu import LFU
 from lcr.policies.predictions import NextAccessPredictor, PredictionTable
 from lcr.policies.recency import RecencyOrder
-from lcr.policies.s3fifo import S3FIFO
 from lcr.policies.window import choose_in_window
-
-#: The orders LARU's window may run over: base name -> the policy keeping that order.
-BASES = {"lru": None, "s3fifo": S3FIFO, "lfu": LFU}
 
 
 def llm_shrink_every(capacity: int) -> int:
@@ -50,19 +38,15 @@ class LARU(Policy):
     uses_predictions = True
 
     def __init__(self, capacity: int, predictor: NextAccessPredictor, mode: str = "sync",
-                 b: float = 2.0, shrink_every: int = 1, record: MutableSet[int] | None = None,
-                 base: str = "lru"):
+                 b: float = 2.0, shrink_every: int = 1, record: MutableSet[int] | None = None):
         super().__init__(capacity)
         if not b > 1:
             raise ValueError(f"laru needs b > 1, got {b}")
         if shrink_every < 1:
             raise ValueError(f"laru shrink_every must be at least 1, got {shrink_every}")
-        if base not in BASES:
-            raise ValueError(f"laru base must be one of {', '.join(BASES)}, got {base!r}")
         self.b = float(b)
-        self.base = base
         self.shrink_every = int(shrink_every)
-        self.recency = self.resident = RecencyOrder() if base == "lru" else HeuristicOrder(BASES[base](capacity))
+        self.recency = self.resident = RecencyOrder()
         self.table = PredictionTable(predictor, mode, self.stats)
         self.lam = 1.0
         self.old: set[int] = set()  # O: items cached at the phase start, not yet requested or evicted

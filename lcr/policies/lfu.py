@@ -9,13 +9,11 @@ a FIFO of its keys). A key's count starts at 1 when loaded and is forgotten on e
 from __future__ import annotations
 
 from collections import OrderedDict
-from itertools import islice
 
 from lcr.policies.base import Policy
-from lcr.policies.base_order import PlannedEviction
 
 
-class LFU(PlannedEviction, Policy):
+class LFU(Policy):
     name = "lfu"
 
     def __init__(self, capacity: int, aging: int = 0):
@@ -36,32 +34,17 @@ class LFU(PlannedEviction, Policy):
             self._move(key, self.count[key] + 1)
         else:
             if self.full:
-                self._evict_for_miss()
+                low = min(self.buckets)
+                victim, _ = self.buckets[low].popitem(last=False)
+                if not self.buckets[low]:
+                    del self.buckets[low]
+                del self.count[victim]
+                self._evict(victim)
             self.count[key] = 1
             self.buckets.setdefault(1, OrderedDict())[key] = None
         if self.aging and self.requests % self.aging == 0:
             self._halve()
         return hit
-
-    def eviction_order(self, count: int) -> list[int]:
-        """The next ``count`` keys LFU would evict if no request came in between: fewest
-        requests first, then first to reach that count (also LARU's ``laru:base=lfu``)."""
-        return list(islice((key for low in sorted(self.buckets) for key in self.buckets[low]), count))
-
-    def _evict_next(self) -> None:
-        low = min(self.buckets)
-        self._drop(next(iter(self.buckets[low])))
-
-    def evict_key(self, key: int) -> None:
-        """Evict ``key``, not the next victim, for LARU; the other counts stay as they are."""
-        self._drop(key)
-
-    def _drop(self, key: int) -> None:
-        count = self.count.pop(key)
-        del self.buckets[count][key]
-        if not self.buckets[count]:
-            del self.buckets[count]
-        self._evict(key)
 
     def _move(self, key: int, count: int) -> None:
         old = self.count[key]

@@ -12,23 +12,18 @@ threshold) the key moves to M with frequency 0 and S looks again; otherwise it i
 evicted into G (G drops its own oldest when full). M reinserts its oldest key at the
 new end with frequency min(f, 3) - 1 while f >= 1 and evicts the first with f = 0.
 
-``eviction_order`` and ``evict_key`` let LARU run its window over S3-FIFO's order
-(``laru:base=s3fifo``, ``lcr.policies.base_order``); S3-FIFO alone never calls them.
-
 Differs from libCacheSim only below k = 20: there S gets at least one slot and always
 admits (libCacheSim's small queue of int(0.1 k) <= 1 slots admits nothing, so it
 caches nothing at all).
 """
 from __future__ import annotations
 
-import copy
 from collections import OrderedDict
 
-from lcr.policies.base import Policy, PolicyStats
-from lcr.policies.base_order import PlannedEviction
+from lcr.policies.base import Policy
 
 
-class S3FIFO(PlannedEviction, Policy):
+class S3FIFO(Policy):
     name = "s3fifo"
 
     def __init__(self, capacity: int, small_ratio: float = 0.1, ghost_ratio: float = 0.9,
@@ -57,51 +52,15 @@ class S3FIFO(PlannedEviction, Policy):
         to_main = self.ghost.pop(key, False) is None
         if self.full:
             self.warm = True
-            self._evict_for_miss()
+            while self.full:  # S may only have moved its keys to M
+                if len(self.main) > self.main_size or not self.small:
+                    self._evict_main()
+                else:
+                    self._evict_small()
         elif not self.warm and len(self.small) >= self.small_size:
             to_main = True  # filling up: once S is full, new keys go straight to M
         (self.main if to_main else self.small)[key] = 0
         return False
-
-    def _evict_next(self) -> None:
-        """Free one slot: S and M take turns until one of them evicts (S may only move its
-        keys to M)."""
-        self.last_evicted = None
-        while self.last_evicted is None:
-            if len(self.main) > self.main_size or not self.small:
-                self._evict_main()
-            else:
-                self._evict_small()
-
-    # --- S3-FIFO as a candidate order for LARU (``laru:base=s3fifo``) -----------------
-    def eviction_order(self, count: int) -> list[int]:
-        """The next ``count`` keys S3-FIFO would evict if no request came in between: its
-        own eviction procedure dry-run on copies of the queues."""
-        dry = copy.copy(self)
-        dry.small, dry.main, dry.ghost = OrderedDict(self.small), OrderedDict(self.main), OrderedDict()
-        dry.ghost_size, dry.stats = 0, PolicyStats()
-        order = []
-        while len(order) < count and (dry.small or dry.main):
-            dry._evict_next()
-            order.append(dry.last_evicted)
-        return order
-
-    def evict_key(self, key: int) -> None:
-        """Evict ``key``, not the next victim, for LARU: it just leaves its queue (no
-        promotion or reinsertion happens), and a key leaving S is remembered in G as S's
-        own victims are."""
-        if self.main.pop(key, None) is None:
-            del self.small[key]
-            self._remember(key)
-            self._evict(key)
-        else:
-            self._evict(key)
-
-    def _remember(self, key: int) -> None:
-        if self.ghost_size:
-            if len(self.ghost) >= self.ghost_size:
-                self.ghost.popitem(last=False)
-            self.ghost[key] = None
 
     def _evict_small(self) -> None:
         while self.small:
@@ -109,7 +68,10 @@ class S3FIFO(PlannedEviction, Policy):
             if freq >= self.move_to_main:
                 self.main[key] = 0
                 continue
-            self._remember(key)
+            if self.ghost_size:
+                if len(self.ghost) >= self.ghost_size:
+                    self.ghost.popitem(last=False)
+                self.ghost[key] = None
             self._evict(key)
             return
 

@@ -57,8 +57,6 @@ def native_replay(trace: Trace, name: str, capacity: int, predictions: np.ndarra
     if name not in NATIVE_POLICIES:
         raise ValueError(f"policy {name!r} has no native core; native: {', '.join(sorted(NATIVE_POLICIES))}")
     spec = make_policy(name, capacity, predictor=_NoPredictor(), next_use=(), **params)
-    if getattr(spec, "base", "lru") != "lru":
-        raise ValueError(f"laru base={spec.base} runs in the Python spec only (no native core)")
     if spec.uses_predictions:
         if predictions is None:
             raise ValueError(f"policy {name!r} needs predictions")

@@ -82,11 +82,9 @@ def uses_native(spec: PolicySpec, engine: str = "auto", predictor_name: str = "o
     if engine not in ENGINES:
         raise LcrInputError(f"unknown engine {engine!r}; valid: {', '.join(ENGINES)}")
     native = spec.name in NATIVE_POLICIES and (not spec.uses_predictions or has_prediction_array(predictor_name))
-    native = native and spec.kwargs.get("base", "lru") == "lru"  # laru:base=s3fifo|lfu: Python spec only
     if engine == "native" and not native:
         why = (f"policy {spec.name!r} has no native engine; native: {', '.join(sorted(NATIVE_POLICIES))}"
                if spec.name not in NATIVE_POLICIES else
-               f"{spec.label!r}: only base=lru has a native core" if spec.kwargs.get("base", "lru") != "lru" else
                f"predictor {predictor_name!r} runs in Python; the native engine takes the experiment "
                f"predictors and learned ones queried async (e.g. lightgbm:async)")
         raise LcrInputError(f"{why} (use --engine auto or python)")
