@@ -1,22 +1,199 @@
 """LPC as SGLang's ``--cache-policy lpc`` (backend ``lcr-lpc``).
 
-SGLang's radix cache hands lcr's policies node keys and a request counter, not the
-conversation text, so this policy has no per-request probability: every request gets
-``prior``, and with one probability for all nodes LPC's key logit(p) + scale·t_last
-orders exactly by recency, i.e. the policy behaves as LRU. That is also its degraded
-mode when a predictor fails. Feeding real probabilities needs the request text at the
-driver (``lcr.integrations.sglang.PolicyDriver``); ``lcr sim-kv`` replays do have it.
+For each new request (once per rid: SGLang re-matches waiting requests every round)
+the driver (``lcr.integrations.sglang.PolicyDriver``) calls ``ServingLPC.on_request``:
+
+1. Text: ``req.origin_input_text`` when the client sent text; otherwise, with
+   ``text_from_ids`` (default on), the request's ids decoded by the scheduler's own
+   tokenizer (``req.tokenizer``). SGLang renders chat messages of a text-only model to
+   ids and sends no text, so chat completions only ever arrive this second way.
+2. Turns: the rendered prompt split at the chat template's role markers
+   (``lcr.lpc.templates``; one turn, logged once, when no marker is found).
+3. Features: ``lcr.lpc.features.turn_example``, the rule training uses, counted with
+   the model's encoder tokenizer; then the model's P(conversation continues).
+4. The request's nodes (the matched path, and what it inserts later, which the driver
+   dates with the request) get LPC's key logit(p) + scale·t, t = the request's arrival
+   on this server's clock in seconds; a node shared by several conversations keeps the
+   largest key (``ContinuationKeys``, the same code ``lcr sim-kv`` runs).
+
+No text, no model, or a failing predictor: the request gets ``prior``. With one
+probability for every node the key orders by recency, i.e. LRU; that is the degraded
+mode. Failures and slow predictions are logged and back off to the prior for
+``backoff_s``, so the scheduler thread is never held by the predictor for long.
+
+Only predictors without text features are served (LightGBM on turns + lengths,
+``--features length``, the best measured; or the turns-only table): a MiniLM embedding
+costs tens of ms to seconds per request on CPU (docs/kv.md), on the scheduler's thread
+between two batches, so such models are refused at launch.
 """
 from __future__ import annotations
 
+import logging
+import math
+import time
+from collections import OrderedDict
+from pathlib import Path
+
 from lcr.errors import LcrInputError
-from lcr.lpc.policy import LPC, SCALE, ContinuationKeys
+from lcr.lpc.features import turn_example
+from lcr.lpc.policy import LPC, SCALE, ContinuationKeys, logit
+from lcr.lpc.templates import SPLITTERS, split_turns
+
+log = logging.getLogger("lcr.sglang")
+
+_REMEMBERED = 4096  # requests whose (logit, arrival) are kept; the driver remembers as many rids
+COUNTERS = ("lpc_requests_text", "lpc_requests_decoded", "lpc_requests_without_text",
+            "lpc_requests_one_turn", "lpc_prediction_failures", "lpc_requests_backed_off")
 
 
-def serving_lpc(scale: float = SCALE, prior: float = 0.5) -> LPC:
+class ServingKeys(ContinuationKeys):
+    """``ContinuationKeys`` for a live server: each request's logit and arrival time are
+    assigned as it arrives, keyed by the driver's request counter (the last
+    ``_REMEMBERED``). A request never assigned has the prior and the current time.
+    Not thread-safe: the scheduler thread drives it."""
+
+    def __init__(self, *, scale: float = SCALE, prior: float = 0.5, clock=time.monotonic):
+        super().__init__([], [], scale=scale, prior=prior)
+        self.clock = clock
+        self._start = clock()
+        self._requests: OrderedDict[int, tuple[float, float]] = OrderedDict()
+
+    def assign(self, now: int, probability: float | None) -> None:
+        self._requests[now] = (self.prior if probability is None else logit(probability),
+                               self.clock() - self._start)
+        if len(self._requests) > _REMEMBERED:
+            self._requests.popitem(last=False)
+
+    def _request(self, now: int) -> tuple[float, float]:
+        known = self._requests.get(now)
+        return known if known is not None else (self.prior, self.clock() - self._start)
+
+    def request_logit(self, now: int) -> float:
+        return self._request(now)[0]
+
+    def seconds(self, now: int) -> float:
+        return self._request(now)[1]
+
+
+def encoder_tokenizer(model):
+    """The tokenizer the model's lengths were counted with (its encoder's)."""
+    from lcr.lpc.encoder import DEFAULT
+    from lcr.lpc.workload import load_tokenizer
+
+    if model.encoder in ("", DEFAULT):
+        return load_tokenizer()
+    return load_tokenizer(Path(model.encoder) / "tokenizer.json")
+
+
+def load_serving_model(path: str):
+    """The model at ``path``, checked for serving: readable, without text features,
+    and answering one prediction. Raises LcrInputError naming the file."""
+    from lcr.lpc.model import Classifier
+
+    model = Classifier.load(path)
+    if model.uses_text:
+        raise LcrInputError(f"lpc option model: a {model.kind} model on '{model.feature_set}' features needs "
+                            "a sentence embedding per request, too slow for the scheduler thread; serve one "
+                            "trained with `lcr lpc-train --model lightgbm --features length`", source=str(path))
+    try:
+        model.predict(None, [1], [[10, 0]])
+    except Exception as err:  # noqa: BLE001 - a model that cannot answer is bad input
+        raise LcrInputError(f"lpc option model: the model does not predict ({type(err).__name__}: {err})",
+                            source=str(path)) from None
+    return model
+
+
+class RequestPredictor:
+    """P(the request's conversation continues) from a served request, or None (prior).
+    Not thread-safe: the scheduler thread drives it."""
+
+    def __init__(self, model, *, splitter: str = "auto", text_from_ids: bool = True,
+                 budget_s: float = 0.02, backoff_s: float = 5.0, tokenizer=None, clock=time.perf_counter):
+        if splitter not in SPLITTERS:
+            raise LcrInputError(f"lpc option splitter: unknown {splitter!r}; valid: {', '.join(SPLITTERS)}")
+        self.model = model
+        self.splitter = splitter
+        self.text_from_ids = text_from_ids
+        self.budget_s = budget_s
+        self.backoff_s = backoff_s
+        self.tokenizer = tokenizer if tokenizer is not None else encoder_tokenizer(model)
+        self.clock = clock
+        self.counts = dict.fromkeys(COUNTERS, 0)
+        self._down_until = -math.inf
+        self._said_one_turn = False
+
+    def text_of(self, req) -> str | None:
+        text = getattr(req, "origin_input_text", None)
+        if isinstance(text, str) and text:
+            self.counts["lpc_requests_text"] += 1
+            return text
+        ids, tokenizer = getattr(req, "origin_input_ids", None), getattr(req, "tokenizer", None)
+        if self.text_from_ids and ids is not None and len(ids) and tokenizer is not None:
+            self.counts["lpc_requests_decoded"] += 1
+            return tokenizer.decode(list(ids), skip_special_tokens=False)
+        self.counts["lpc_requests_without_text"] += 1
+        return None
+
+    def probability(self, req) -> float | None:
+        started = self.clock()
+        if started < self._down_until:
+            self.counts["lpc_requests_backed_off"] += 1
+            return None
+        try:
+            text = self.text_of(req)
+            if text is None:
+                return None
+            turns = split_turns(text, self.splitter)
+            if turns.template is None:
+                self.counts["lpc_requests_one_turn"] += 1
+                if not self._said_one_turn:
+                    self._said_one_turn = True
+                    log.warning("lcr lpc: no chat-template role markers in a request (splitter %s); "
+                                "such requests count as one user turn", self.splitter)
+            ex = turn_example(turns.users, turns.replies, len(turns.users) - 1, self.tokenizer,
+                              self.model.budget, text=False)
+            p = float(self.model.predict(None, [ex.turns], [[ex.prompt_tokens, ex.context_tokens]])[0])
+            if not 0.0 <= p <= 1.0:
+                raise ValueError(f"probability {p} outside [0, 1]")
+        except Exception as err:  # noqa: BLE001 - whatever breaks, serve on with the prior
+            self.counts["lpc_prediction_failures"] += 1
+            self._back_off(started, f"failed ({type(err).__name__}: {err})")
+            return None
+        elapsed = self.clock() - started
+        if elapsed > self.budget_s:
+            self._back_off(started, f"took {elapsed * 1e3:.1f} ms (budget {self.budget_s * 1e3:g} ms)")
+        return p
+
+    def _back_off(self, started: float, what: str) -> None:
+        self._down_until = started + self.backoff_s
+        log.warning("lcr lpc: prediction %s; requests get the prior (LRU order) for %g s", what, self.backoff_s)
+
+
+class ServingLPC(LPC):
+    """LPC fed by served requests (``on_request``); without a predictor, the prior."""
+
+    def __init__(self, keys: ServingKeys, predictor: RequestPredictor | None = None):
+        super().__init__(keys)
+        self.request_predictor = predictor
+        self.stats.extra.update(dict.fromkeys(COUNTERS, 0))
+
+    def on_request(self, req, now: int) -> None:
+        p = None
+        if self.request_predictor is not None:
+            p = self.request_predictor.probability(req)
+            self.stats.extra.update(self.request_predictor.counts)
+        self.keys.assign(now, p)
+
+
+def serving_lpc(scale: float = SCALE, prior: float = 0.5, model: str | None = None, splitter: str = "auto",
+                text_from_ids: bool = True, predict_budget_ms: float = 20.0,
+                predict_backoff_s: float = 5.0) -> ServingLPC:
     if not 0 < float(prior) < 1:
         raise LcrInputError(f"lpc options: prior must be in (0, 1), got {prior}")
     if not float(scale) > 0:
         raise LcrInputError(f"lpc options: scale must be positive, got {scale}")
-    # No request has a probability of its own: times are the driver's request counter.
-    return LPC(ContinuationKeys([], [], scale=float(scale), prior=float(prior)))
+    predictor = None
+    if model is not None:
+        predictor = RequestPredictor(load_serving_model(model), splitter=splitter, text_from_ids=bool(text_from_ids),
+                                     budget_s=float(predict_budget_ms) / 1000, backoff_s=float(predict_backoff_s))
+    return ServingLPC(ServingKeys(scale=float(scale), prior=float(prior)), predictor)
