@@ -22,7 +22,7 @@ POLICY_OPTIONS = {
     "fpb": set(_PREDICTOR_OPTIONS),
     "hf": {"window", *_PREDICTOR_OPTIONS},
     "rlt": {"seed"},
-    "lpc": {"scale", "prior", "model", "splitter", "text_from_ids", "predict_budget_ms",
+    "lpc": {"scale", "prior", "model", "splitter", "predict_budget_ms",
             "predict_backoff_s"},  # lcr.lpc.serving
 }
 PREDICTORS = ("lightgbm", "intervals")
@@ -64,8 +64,6 @@ def _check_lpc(raw: dict) -> None:
 
     if "splitter" in raw and raw["splitter"] not in SPLITTERS:
         raise LcrInputError(f"lpc options: unknown splitter {raw['splitter']!r}; valid: {', '.join(SPLITTERS)}")
-    if "text_from_ids" in raw and not isinstance(raw["text_from_ids"], bool):
-        raise LcrInputError(f"lpc options: text_from_ids must be true or false, got {raw['text_from_ids']!r}")
     if "model" in raw:
         if not isinstance(raw["model"], str):
             raise LcrInputError(f"lpc options: model must be a path, got {raw['model']!r}")

@@ -3,10 +3,10 @@
 For each new request (once per rid: SGLang re-matches waiting requests every round)
 the driver (``lcr.integrations.sglang.PolicyDriver``) calls ``ServingLPC.on_request``:
 
-1. Text: ``req.origin_input_text`` when the client sent text; otherwise, with
-   ``text_from_ids`` (default on), the request's ids decoded by the scheduler's own
-   tokenizer (``req.tokenizer``). SGLang renders chat messages of a text-only model to
-   ids and sends no text, so chat completions only ever arrive this second way.
+1. Text: the request's ids decoded by the scheduler's own tokenizer (``req.tokenizer``).
+   SGLang 0.5.23's ``Req`` drops the client's text (its ``origin_input_text`` argument
+   is not stored) and renders chat messages to ids, so the ids are the one source;
+   decoding gives back the rendered prompt, role markers included.
 2. Turns: the rendered prompt split at the chat template's role markers
    (``lcr.lpc.templates``; one turn, logged once, when no marker is found).
 3. Features: ``lcr.lpc.features.turn_example``, the rule training uses, counted with
@@ -42,7 +42,7 @@ from lcr.lpc.templates import SPLITTERS, split_turns
 log = logging.getLogger("lcr.sglang")
 
 _REMEMBERED = 4096  # requests whose (logit, arrival) are kept; the driver remembers as many rids
-COUNTERS = ("lpc_requests_text", "lpc_requests_decoded", "lpc_requests_without_text",
+COUNTERS = ("lpc_requests_text", "lpc_requests_without_text",
             "lpc_requests_one_turn", "lpc_prediction_failures", "lpc_requests_backed_off")
 
 
@@ -107,13 +107,12 @@ class RequestPredictor:
     """P(the request's conversation continues) from a served request, or None (prior).
     Not thread-safe: the scheduler thread drives it."""
 
-    def __init__(self, model, *, splitter: str = "auto", text_from_ids: bool = True,
-                 budget_s: float = 0.02, backoff_s: float = 5.0, tokenizer=None, clock=time.perf_counter):
+    def __init__(self, model, *, splitter: str = "auto", budget_s: float = 0.02, backoff_s: float = 5.0,
+                 tokenizer=None, clock=time.perf_counter):
         if splitter not in SPLITTERS:
             raise LcrInputError(f"lpc option splitter: unknown {splitter!r}; valid: {', '.join(SPLITTERS)}")
         self.model = model
         self.splitter = splitter
-        self.text_from_ids = text_from_ids
         self.budget_s = budget_s
         self.backoff_s = backoff_s
         self.tokenizer = tokenizer if tokenizer is not None else encoder_tokenizer(model)
@@ -123,16 +122,12 @@ class RequestPredictor:
         self._said_one_turn = False
 
     def text_of(self, req) -> str | None:
-        text = getattr(req, "origin_input_text", None)
-        if isinstance(text, str) and text:
-            self.counts["lpc_requests_text"] += 1
-            return text
         ids, tokenizer = getattr(req, "origin_input_ids", None), getattr(req, "tokenizer", None)
-        if self.text_from_ids and ids is not None and len(ids) and tokenizer is not None:
-            self.counts["lpc_requests_decoded"] += 1
-            return tokenizer.decode(list(ids), skip_special_tokens=False)
-        self.counts["lpc_requests_without_text"] += 1
-        return None
+        if ids is None or not len(ids) or tokenizer is None:  # e.g. --skip-tokenizer-init
+            self.counts["lpc_requests_without_text"] += 1
+            return None
+        self.counts["lpc_requests_text"] += 1
+        return tokenizer.decode(list(ids), skip_special_tokens=False)
 
     def probability(self, req) -> float | None:
         started = self.clock()
@@ -186,7 +181,7 @@ class ServingLPC(LPC):
 
 
 def serving_lpc(scale: float = SCALE, prior: float = 0.5, model: str | None = None, splitter: str = "auto",
-                text_from_ids: bool = True, predict_budget_ms: float = 20.0,
+                predict_budget_ms: float = 20.0,
                 predict_backoff_s: float = 5.0) -> ServingLPC:
     if not 0 < float(prior) < 1:
         raise LcrInputError(f"lpc options: prior must be in (0, 1), got {prior}")
@@ -194,6 +189,6 @@ def serving_lpc(scale: float = SCALE, prior: float = 0.5, model: str | None = No
         raise LcrInputError(f"lpc options: scale must be positive, got {scale}")
     predictor = None
     if model is not None:
-        predictor = RequestPredictor(load_serving_model(model), splitter=splitter, text_from_ids=bool(text_from_ids),
+        predictor = RequestPredictor(load_serving_model(model), splitter=splitter,
                                      budget_s=float(predict_budget_ms) / 1000, backoff_s=float(predict_backoff_s))
     return ServingLPC(ServingKeys(scale=float(scale), prior=float(prior)), predictor)
