@@ -20,6 +20,7 @@ DESCRIPTIONS = {
     "lpc_requests_one_turn": "LPC requests without chat-template role markers (one user turn)",
     "lpc_prediction_failures": "LPC predictions that failed: the request got the prior",
     "lpc_requests_backed_off": "LPC requests given the prior while a failed or slow predictor backs off",
+    "lpc_predict_seconds": "Time of LPC's per-request predictions: decode, split, features, model",
 }
 _COUNTERS: dict[tuple[str, tuple[str, ...]], object] = {}
 

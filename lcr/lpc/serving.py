@@ -43,7 +43,8 @@ log = logging.getLogger("lcr.sglang")
 
 _REMEMBERED = 4096  # requests whose (logit, arrival) are kept; the driver remembers as many rids
 COUNTERS = ("lpc_requests_text", "lpc_requests_without_text",
-            "lpc_requests_one_turn", "lpc_prediction_failures", "lpc_requests_backed_off")
+            "lpc_requests_one_turn", "lpc_prediction_failures", "lpc_requests_backed_off",
+            "lpc_predict_seconds")
 
 
 class ServingKeys(ContinuationKeys):
@@ -155,6 +156,7 @@ class RequestPredictor:
             self._back_off(started, f"failed ({type(err).__name__}: {err})")
             return None
         elapsed = self.clock() - started
+        self.counts["lpc_predict_seconds"] += elapsed
         if elapsed > self.budget_s:
             self._back_off(started, f"took {elapsed * 1e3:.1f} ms (budget {self.budget_s * 1e3:g} ms)")
         return p
