@@ -85,7 +85,7 @@ def lpc_chats(path: Path, conversations: int, words: int, max_active: int, gap_m
     """(arrival seconds, chat messages) of the paper's closed-loop replay
     (``lcr.lpc.workload.schedule``) over the first ``conversations`` held-out ShareGPT
     conversations (the half ``lcr lpc-train`` did not train on), each message cut to
-    ``words`` words so that the tiny model serves it on CPU."""
+    ``words`` words when ``words`` > 0."""
     from lcr.lpc.chats import load_conversations, split_conversations
     from lcr.lpc.workload import schedule
 
@@ -93,7 +93,7 @@ def lpc_chats(path: Path, conversations: int, words: int, max_active: int, gap_m
     convs = held[:conversations]
 
     def cut(text: str) -> str:
-        return " ".join(text.split()[:words])
+        return " ".join(text.split()[:words]) if words > 0 else text
 
     turns = [[(cut(t.user), cut(t.assistant)) for t in c.turns] for c in convs]
     reply_tokens = [[len(reply.split()) for _, reply in conv] for conv in turns]
@@ -435,7 +435,8 @@ def main(argv=None) -> int:
     p.add_argument("--lpc-only", action="store_true", help="only the live LPC part")
     p.add_argument("--lpc-policies", default="lru,lpc,lpc-prior", help="of lru, lpc, lpc-prior (LPC without a model)")
     p.add_argument("--lpc-conversations", type=int, default=100, help="held-out conversations replayed")
-    p.add_argument("--lpc-words", type=int, default=60, help="words kept per message")
+    p.add_argument("--lpc-words", type=int, default=0,
+                   help="words kept per message (0: all; cutting them hides the lengths LPC's predictor reads)")
     p.add_argument("--lpc-max-active", type=int, default=30, help="live conversations at most")
     p.add_argument("--lpc-gap", type=float, default=100.0, help="mean think time, simulated seconds")
     p.add_argument("--lpc-speedup", type=float, default=20.0, help="simulated seconds per wall second")

@@ -239,7 +239,7 @@ def test_a_failing_predictor_degrades_to_lru_with_a_warning(tmp_path, caplog):
         serving.turn_example = original
     assert (run["a"], run["b"]) == (False, True)
     assert run["metrics"]["lpc_prediction_failures"] == 4
-    assert "feature store down" in caplog.text and "prior (LRU order)" in caplog.text
+    assert "feature store down" in caplog.text and "neutral key (recency order)" in caplog.text
 
 
 def test_a_slow_prediction_backs_off_to_the_prior(tmp_path):

@@ -45,8 +45,13 @@ def turn_text(prompts: list[str], tokenizer, budget: int) -> str:
     return SEPARATOR.join(parts)
 
 
+def token_count(tokenizer, text: str) -> int:
+    """A text's length feature: its tokens, special tokens not counted."""
+    return len(tokenizer.encode(text, add_special_tokens=False).ids)
+
+
 def _lengths(texts: list[str], tokenizer) -> list[int]:
-    return [len(tokenizer.encode(t, add_special_tokens=False).ids) for t in texts]
+    return [token_count(tokenizer, t) for t in texts]
 
 
 def turn_example(users: list[str], replies: list[str], i: int, tokenizer, budget: int, *,

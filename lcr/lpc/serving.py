@@ -16,10 +16,13 @@ the driver (``lcr.integrations.sglang.PolicyDriver``) calls ``ServingLPC.on_requ
    on this server's clock in seconds; a node shared by several conversations keeps the
    largest key (``ContinuationKeys``, the same code ``lcr sim-kv`` runs).
 
-No text, no model, or a failing predictor: the request gets ``prior``. With one
-probability for every node the key orders by recency, i.e. LRU; that is the degraded
-mode. Failures and slow predictions are logged and back off to the prior for
-``backoff_s``, so the scheduler thread is never held by the predictor for long.
+No text, or a failing or backed-off predictor: the request gets the neutral logit, the
+mean of the last predicted ones (``ServingKeys.neutral``; the prior before any), so a
+request is not demoted or favoured for lack of a guess; during an outage all new
+requests share it and order by recency among themselves. No model: every request gets
+``prior``, and with one probability for every node the key orders by recency, i.e. LRU.
+Failures and slow predictions are logged and back off for ``backoff_s``, so the
+scheduler thread is never held by the predictor for long.
 
 Only predictors without text features are served (LightGBM on turns + lengths,
 ``--features length``, the best measured; or the turns-only table): a MiniLM embedding
@@ -28,20 +31,23 @@ between two batches, so such models are refused at launch.
 """
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from pathlib import Path
 
 from lcr.errors import LcrInputError
-from lcr.lpc.features import turn_example
+from lcr.lpc.features import token_count, turn_example
 from lcr.lpc.policy import LPC, SCALE, ContinuationKeys, logit
 from lcr.lpc.templates import SPLITTERS, split_turns
 
 log = logging.getLogger("lcr.sglang")
 
 _REMEMBERED = 4096  # requests whose (logit, arrival) are kept; the driver remembers as many rids
+_COUNTED_TEXTS = 8192  # message texts whose token counts are kept
+_NEUTRAL_OVER = 256  # predictions averaged for the neutral key of a request left without one
 COUNTERS = ("lpc_requests_text", "lpc_requests_without_text",
             "lpc_requests_one_turn", "lpc_prediction_failures", "lpc_requests_backed_off",
             "lpc_predict_seconds")
@@ -58,12 +64,25 @@ class ServingKeys(ContinuationKeys):
         self.clock = clock
         self._start = clock()
         self._requests: OrderedDict[int, tuple[float, float]] = OrderedDict()
+        self._recent: deque[float] = deque(maxlen=_NEUTRAL_OVER)
 
     def assign(self, now: int, probability: float | None) -> None:
-        self._requests[now] = (self.prior if probability is None else logit(probability),
-                               self.clock() - self._start)
+        """Request ``now`` arrives with ``probability`` or, without one, the neutral logit."""
+        if probability is None:
+            lg = self.neutral()
+        else:
+            lg = logit(probability)
+            self._recent.append(lg)
+        self._requests[now] = (lg, self.clock() - self._start)
         if len(self._requests) > _REMEMBERED:
             self._requests.popitem(last=False)
+
+    def neutral(self) -> float:
+        """The logit of a request left without a prediction (no text, a failed or backed-off
+        predictor): the mean of the last predicted ones, the prior before any. So such a
+        request is neither kept nor dropped ahead of predicted ones for lack of a guess; with
+        no predictions at all (no model, no text) every node has the prior: LRU's order."""
+        return sum(self._recent) / len(self._recent) if self._recent else self.prior
 
     def _request(self, now: int) -> tuple[float, float]:
         known = self._requests.get(now)
@@ -118,6 +137,8 @@ class RequestPredictor:
         self.backoff_s = backoff_s
         self.tokenizer = tokenizer if tokenizer is not None else encoder_tokenizer(model)
         self.clock = clock
+        self._count = functools.lru_cache(maxsize=_COUNTED_TEXTS)(functools.partial(token_count, self.tokenizer))
+        self._count("warm up")  # the tokenizer's first call is slow
         self.counts = dict.fromkeys(COUNTERS, 0)
         self._down_until = -math.inf
         self._said_one_turn = False
@@ -146,8 +167,10 @@ class RequestPredictor:
                     self._said_one_turn = True
                     log.warning("lcr lpc: no chat-template role markers in a request (splitter %s); "
                                 "such requests count as one user turn", self.splitter)
+            # A conversation re-sends its history every turn: count each text once.
             ex = turn_example(turns.users, turns.replies, len(turns.users) - 1, self.tokenizer,
-                              self.model.budget, text=False)
+                              self.model.budget, text=False, user_len=[self._count(u) for u in turns.users],
+                              reply_len=[self._count(r) for r in turns.replies])
             p = float(self.model.predict(None, [ex.turns], [[ex.prompt_tokens, ex.context_tokens]])[0])
             if not 0.0 <= p <= 1.0:
                 raise ValueError(f"probability {p} outside [0, 1]")
@@ -163,7 +186,8 @@ class RequestPredictor:
 
     def _back_off(self, started: float, what: str) -> None:
         self._down_until = started + self.backoff_s
-        log.warning("lcr lpc: prediction %s; requests get the prior (LRU order) for %g s", what, self.backoff_s)
+        log.warning("lcr lpc: prediction %s; requests get the neutral key (recency order) for %g s",
+                    what, self.backoff_s)
 
 
 class ServingLPC(LPC):
