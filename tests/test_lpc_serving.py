@@ -254,3 +254,20 @@ def test_a_slow_prediction_backs_off_to_the_prior(tmp_path):
     assert predictor.probability(req) is None  # at 1.0 s: still backing off
     assert predictor.counts["lpc_requests_backed_off"] == 1
     assert predictor.probability(req) == 1.0  # at 10 s: answering again
+
+
+def test_a_request_without_a_prediction_gets_the_mean_recent_logit():
+    """Neither demoted nor favoured for lack of a guess; the prior before any prediction."""
+    from lcr.lpc.policy import logit
+    from lcr.lpc.serving import ServingKeys
+
+    keys = ServingKeys(prior=0.3, clock=lambda: 7.0)
+    keys.assign(0, None)
+    assert keys.request_logit(0) == pytest.approx(logit(0.3)) and keys.seconds(0) == 0.0
+    keys.assign(1, 0.9)
+    keys.assign(2, 0.2)
+    keys.assign(3, None)
+    assert keys.request_logit(3) == pytest.approx((logit(0.9) + logit(0.2)) / 2)
+    keys.access([11], 1)
+    keys.access([11, 12], 2)  # shared node 11 keeps the larger key (max pooling)
+    assert keys.key[11] == pytest.approx(logit(0.9)) and keys.key[12] == pytest.approx(logit(0.2))

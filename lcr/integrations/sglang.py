@@ -151,6 +151,8 @@ class PolicyDriver(CacheView):
         on_request = getattr(self.policy, "on_request", None)
         if on_request is not None and req is not None:
             on_request(req, self.now)  # policies that read the request (LPC), before its accesses
+            if self.exporter is not None:  # its counters move per request, not per eviction pass
+                self.exporter.update(self.metrics())
         node = self.tree_core.node_by_id(result.last_device_node)
         self._report(node, self.now)
         tokens, matched = params.key.token_ids, result.device_prefix_len
