@@ -21,6 +21,11 @@ tree (see ``pass_costs``). Words and hash blocks become token ids by a fixed has
 ``laru:lightgbm`` means ``--cache-policy laru --predictor lightgbm``. SGLang's spawned
 scheduler finds lcr's backends through the ``sglang.srt.plugins`` entry point: install
 lcr (``pip install -e .``) or put its egg-info metadata on PYTHONPATH.
+
+``--lpc-model MODEL [--lpc-only]`` also serves LPC live (``lpc_live``): the paper's
+closed-loop ShareGPT replay sent as chat messages (LPC reads the rendered prompt's turns)
+to a tiny model whose tokenizer covers the replay's words and renders ChatML, paced in
+compressed time (``--lpc-speedup``), beside stock LRU and LPC without a model.
 """
 from __future__ import annotations
 
