@@ -66,19 +66,31 @@ def test_no_marker_is_one_turn_and_a_named_template_does_not_guess():
     assert split_turns(RENDERED["chatml"], "none").users == [RENDERED["chatml"].strip()]
 
 
-def test_serving_features_are_the_training_rule():
-    """A served prompt's turns give the same features as lpc-train's examples."""
+def test_serving_features_are_the_training_rule(tmp_path):
+    """A served request (ChatML ids, decoded by the tiny model's tokenizer) gives the same
+    features as lpc-train's example of that turn."""
     from lcr.lpc.chats import Conversation, Turn
-    from lcr.lpc.features import examples, turn_example
-    from lcr.lpc.workload import load_tokenizer
+    from lcr.lpc.features import examples
+    from lcr.lpc.serving import RequestPredictor, load_serving_model
+    from sglang_e2e_model import word_tokenizer
 
-    tok = load_tokenizer()
-    conv = Conversation("c", (Turn(USERS[0], REPLIES[0]), Turn(USERS[1], "a joke")))
-    trained = examples([conv], tok, 254)[1]
-    turns = split_turns(RENDERED["chatml"])
-    served = turn_example(turns.users, turns.replies, len(turns.users) - 1, tok, 254)
-    assert (served.turns, served.prompt_tokens, served.context_tokens, served.text) == \
-        (trained.turns, trained.prompt_tokens, trained.context_tokens, trained.text)
+    users = ["tell me about caches please", "and why does recency matter here"]
+    replies = ["caches keep recent data close to the processor and save slow trips"]
+    tok = word_tokenizer(" ".join(users + replies).split())
+    messages = [{"role": "user", "content": users[0]}, {"role": "assistant", "content": replies[0]},
+                {"role": "user", "content": users[1]}]
+
+    class Request:  # what the predictor reads of SGLang's Req
+        origin_input_ids = tok.apply_chat_template(messages, tokenize=True, add_generation_prompt=True)["input_ids"]
+        tokenizer = tok
+
+    predictor = RequestPredictor(load_serving_model(_turns_model(tmp_path / "t.pt", [1.0] * 11)))
+    served = predictor.features(Request())
+    trained = examples([Conversation("c", (Turn(users[0], replies[0]), Turn(users[1], "")))],
+                       predictor.tokenizer, 254)[1]
+    assert (served.turns, served.prompt_tokens, served.context_tokens) == \
+        (trained.turns, trained.prompt_tokens, trained.context_tokens)
+    assert served.turns == 2 and served.context_tokens > served.prompt_tokens > 0
 
 
 # Bad models: one line at launch -----------------------------------------------------------

@@ -151,26 +151,32 @@ class RequestPredictor:
         self.counts["lpc_requests_text"] += 1
         return tokenizer.decode(list(ids), skip_special_tokens=False)
 
+    def features(self, req):
+        """The request's ``Example`` (lcr.lpc.features), or None without text."""
+        text = self.text_of(req)
+        if text is None:
+            return None
+        turns = split_turns(text, self.splitter)
+        if turns.template is None:
+            self.counts["lpc_requests_one_turn"] += 1
+            if not self._said_one_turn:
+                self._said_one_turn = True
+                log.warning("lcr lpc: no chat-template role markers in a request (splitter %s); "
+                            "such requests count as one user turn", self.splitter)
+        # A conversation re-sends its history every turn: count each text once.
+        return turn_example(turns.users, turns.replies, len(turns.users) - 1, self.tokenizer,
+                            self.model.budget, text=False, user_len=[self._count(u) for u in turns.users],
+                            reply_len=[self._count(r) for r in turns.replies])
+
     def probability(self, req) -> float | None:
         started = self.clock()
         if started < self._down_until:
             self.counts["lpc_requests_backed_off"] += 1
             return None
         try:
-            text = self.text_of(req)
-            if text is None:
+            ex = self.features(req)
+            if ex is None:
                 return None
-            turns = split_turns(text, self.splitter)
-            if turns.template is None:
-                self.counts["lpc_requests_one_turn"] += 1
-                if not self._said_one_turn:
-                    self._said_one_turn = True
-                    log.warning("lcr lpc: no chat-template role markers in a request (splitter %s); "
-                                "such requests count as one user turn", self.splitter)
-            # A conversation re-sends its history every turn: count each text once.
-            ex = turn_example(turns.users, turns.replies, len(turns.users) - 1, self.tokenizer,
-                              self.model.budget, text=False, user_len=[self._count(u) for u in turns.users],
-                              reply_len=[self._count(r) for r in turns.replies])
             p = float(self.model.predict(None, [ex.turns], [[ex.prompt_tokens, ex.context_tokens]])[0])
             if not 0.0 <= p <= 1.0:
                 raise ValueError(f"probability {p} outside [0, 1]")
