@@ -21,11 +21,17 @@ tree (see ``pass_costs``). Words and hash blocks become token ids by a fixed has
 ``laru:lightgbm`` means ``--cache-policy laru --predictor lightgbm``. SGLang's spawned
 scheduler finds lcr's backends through the ``sglang.srt.plugins`` entry point: install
 lcr (``pip install -e .``) or put its egg-info metadata on PYTHONPATH.
+
+``--lpc-model MODEL [--lpc-only]`` also serves LPC live (``lpc_live``): the paper's
+closed-loop ShareGPT replay sent as chat messages (LPC reads the rendered prompt's turns)
+to a tiny model whose tokenizer covers the replay's words and renders ChatML, paced in
+compressed time (``--lpc-speedup``), beside stock LRU and LPC without a model.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
 import sys
@@ -76,6 +82,143 @@ def mooncake_prompts(path: Path, requests: int, block_tokens: int) -> list[list[
         if len(prompts) == requests:
             break
     return prompts
+
+
+# Live LPC (``--lpc-model``) ---------------------------------------------------------------
+def lpc_chats(path: Path, conversations: int, words: int, max_active: int, gap_mean: float,
+              seed: int = 0) -> list[tuple[float, list[dict]]]:
+    """(arrival seconds, chat messages) of the paper's closed-loop replay
+    (``lcr.lpc.workload.schedule``) over the first ``conversations`` held-out ShareGPT
+    conversations (the half ``lcr lpc-train`` did not train on), each message cut to
+    ``words`` words when ``words`` > 0."""
+    from lcr.lpc.chats import load_conversations, split_conversations
+    from lcr.lpc.workload import schedule
+
+    _, held = split_conversations(load_conversations(path), seed)
+    convs = held[:conversations]
+
+    def cut(text: str) -> str:
+        return " ".join(text.split()[:words]) if words > 0 else text
+
+    turns = [[(cut(t.user), cut(t.assistant)) for t in c.turns] for c in convs]
+    reply_tokens = [[len(reply.split()) for _, reply in conv] for conv in turns]
+    out = []
+    for t, c, turn in schedule(convs, reply_tokens, gap_mean=gap_mean, max_active=max_active, seed=seed):
+        messages = [m for user, reply in turns[c][:turn] for m in ({"role": "user", "content": user},
+                                                                  {"role": "assistant", "content": reply})]
+        out.append((t, messages + [{"role": "user", "content": turns[c][turn][0]}]))
+    return out
+
+
+def chat_vocabulary(requests) -> list[str]:
+    """Every word (as the tiny model's word-level tokenizer cuts them) of the replay."""
+    from tokenizers import pre_tokenizers
+
+    cut = pre_tokenizers.Whitespace()
+    seen: dict[str, None] = {}
+    for _, messages in requests:
+        for m in messages:
+            for word, _ in cut.pre_tokenize_str(m["content"]):
+                seen.setdefault(word, None)
+    return list(seen)
+
+
+def chat_completion(url: str, messages: list[dict]) -> float:
+    """One chat completion (2 tokens): seconds to the answer."""
+    from sglang_server import post
+
+    started = time.perf_counter()
+    post(url + "/v1/chat/completions", {"model": "default", "messages": messages, "max_tokens": 2,
+                                        "temperature": 0}, timeout=300)
+    return time.perf_counter() - started
+
+
+def paced(url: str, requests, speedup: float, workers: int) -> dict:
+    """Send each request at its arrival time / ``speedup`` (open loop on the schedule, which
+    is itself closed loop per conversation), ``workers`` in flight at most."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    late, futures = [], []
+    with ThreadPoolExecutor(workers) as pool:
+        start = time.perf_counter()
+        for t, messages in requests:
+            delay = start + t / speedup - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+            late.append(max(0.0, -delay))
+            futures.append(pool.submit(chat_completion, url, messages))
+        latencies = sorted(f.result() for f in futures)
+    return {"wall_s": time.perf_counter() - start, "latency_p50_ms": 1e3 * latencies[len(latencies) // 2],
+            "send_late_p50_ms": 1e3 * statistics.median(late)}
+
+
+def lpc_live(args, results: dict) -> None:
+    """LRU (stock SGLang), LPC with the trained model, and LPC without one (every request
+    the prior: LRU's order through lcr's driver, the control) on the same paced replay,
+    interleaved ABBA over ``--repeats``."""
+    import contextlib
+
+    from sglang_e2e_model import build_tiny_llama
+    from sglang_server import Server, lcr_counters
+
+    requests = lpc_chats(DATA / "chat" / "sharegpt_v3_sample1000.jsonl", args.lpc_conversations, args.lpc_words,
+                         args.lpc_max_active, args.lpc_gap)
+    vocab = chat_vocabulary(requests)
+    scale = 0.01 * args.lpc_speedup  # the paper's 1/100 s, in compressed time
+    specs = {"lru": ("lru", ()), "lpc": ("lpc", ("--lpc-model", args.lpc_model, "--lpc-scale", str(scale))),
+             "lpc-prior": ("lpc", ("--lpc-scale", str(scale)))}
+    names = args.lpc_policies.split(",")
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
+        model = build_tiny_llama(Path(tmp) / "model", words=vocab)
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(str(model))
+        lengths = [len(tok.apply_chat_template(m, tokenize=True, add_generation_prompt=True)["input_ids"])
+                   for _, m in requests]
+        pool = max(int(args.lpc_pool_share * sum(lengths)), 2 * max(lengths) + 64)
+        info = {"requests": len(requests), "conversations": args.lpc_conversations, "vocabulary": len(vocab),
+                "prompt_tokens": sum(lengths), "longest": max(lengths), "pool_tokens": pool, "scale": scale,
+                "simulated_s": requests[-1][0]}
+        print("# lpc live: " + json.dumps(info), flush=True)
+        results["lpc_live"] = {"info": info, "runs": {}}
+        servers = {}
+        for name in names:
+            policy, extra = specs[name]
+            servers[name] = stack.enter_context(_Stopping(Server(
+                model, policy, Path(tmp) / f"{name}.log", pool,
+                (*extra, "--enable-metrics", "--sleep-on-idle", "--max-running-requests", str(args.concurrency)))))
+        for name in names:
+            servers[name].server.wait_ready()
+            chat_completion(servers[name].server.url, requests[0][1])  # first-call costs
+        for repeat in range(args.repeats):
+            for name in (names if repeat % 2 == 0 else names[::-1]):
+                server = servers[name].server
+                server.flush_cache()
+                before = server.metrics()
+                run = paced(server.url, requests, args.lpc_speedup, args.concurrency)
+                after = server.metrics()
+                delta = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
+                run["cached_ratio"] = delta.get("cached_tokens", 0) / max(delta.get("prompt_tokens", 0), 1)
+                run["lcr"] = lcr_counters(delta)
+                results["lpc_live"]["runs"].setdefault(name, []).append(run)
+                print(f"# lpc repeat {repeat} {name}: " + json.dumps(run), flush=True)
+    report_lpc(results["lpc_live"], names)
+
+
+def report_lpc(live: dict, names: list[str]) -> None:
+    runs = live["runs"]
+    print("| policy | cached-token ratio per repeat | median | ratio to lru per repeat | median [min, max] | "
+          "prediction ms per request |")
+    print("|---|---|---|---|---|---|")
+    for name in names:
+        ratios_ = ratios([r["cached_ratio"] for r in runs[name]], [r["cached_ratio"] for r in runs.get("lru", [])])
+        lcr = [r["lcr"] for r in runs[name]]
+        per_request = [1e3 * x["lpc_predict_seconds"] / x["lpc_requests_text"] for x in lcr
+                       if x.get("lpc_requests_text")]
+        hit = [r["cached_ratio"] for r in runs[name]]
+        print(f"| {name} | {', '.join(f'{x:.4f}' for x in hit)} | {statistics.median(hit):.4f} | "
+              f"{', '.join(f'{x:.3f}' for x in ratios_)} | {median_range(ratios_, 3)} | "
+              f"{median_range(per_request, 2) if per_request else 'n/a'} |")
 
 
 def policy_args(spec: str) -> tuple[str, tuple[str, ...]]:
@@ -292,7 +435,27 @@ def main(argv=None) -> int:
                    help="in-process pass timing; lru (stock, first: the ratios' base), lcr-lru, lcr backends")
     p.add_argument("--pass-repeats", type=int, default=7)
     p.add_argument("--json", type=Path)
+    p.add_argument("--lpc-model", help="also serve LPC live on the ShareGPT chat replay with this model "
+                   "(lcr lpc-train --model lightgbm --features length), beside LRU")
+    p.add_argument("--lpc-only", action="store_true", help="only the live LPC part")
+    p.add_argument("--lpc-policies", default="lru,lpc,lpc-prior", help="of lru, lpc, lpc-prior (LPC without a model)")
+    p.add_argument("--lpc-conversations", type=int, default=100, help="held-out conversations replayed")
+    p.add_argument("--lpc-words", type=int, default=0,
+                   help="words kept per message (0: all; cutting them hides the lengths LPC's predictor reads)")
+    p.add_argument("--lpc-max-active", type=int, default=30, help="live conversations at most")
+    p.add_argument("--lpc-gap", type=float, default=100.0, help="mean think time, simulated seconds")
+    p.add_argument("--lpc-speedup", type=float, default=20.0, help="simulated seconds per wall second")
+    p.add_argument("--lpc-pool-share", type=float, default=0.05, help="KV pool as a share of the prompt tokens")
     args = p.parse_args(argv)
+    if args.lpc_model:
+        results = {"args": {k: str(v) for k, v in vars(args).items()}, "load_average_before": os.getloadavg()}
+        lpc_live(args, results)
+        results["load_average_after"] = os.getloadavg()
+        print(f"# load average before {results['load_average_before']}, after {results['load_average_after']}")
+        if args.lpc_only:
+            if args.json:
+                args.json.write_text(json.dumps(results, indent=1))
+            return 0
     specs = args.policies.split(",")
     workloads = {}
     chat, mooncake = DATA / "chat" / "sharegpt_v3_sample1000.jsonl", DATA / "kv" / "mooncake_conversation_trace.jsonl"
@@ -307,10 +470,10 @@ def main(argv=None) -> int:
         distinct = len({tuple(p[:i]) for p in prompts for i in range(1, len(p) + 1)})
         print(f"# {name}: {len(prompts)} requests, {sum(map(len, prompts))} prompt tokens, "
               f"{distinct} distinct prefix tokens, pool {args.pool_tokens} tokens", flush=True)
-    results = {"args": {k: str(v) for k, v in vars(args).items()}, "serving": {}, "pass": {}}
+    results = {"args": {k: str(v) for k, v in vars(args).items()}, "serving": {}, "pass": {},
+               **({"lpc_live": results["lpc_live"]} if args.lpc_model else {})}
     if not args.skip_serving:
         import contextlib
-        import os
 
         from sglang_e2e_model import build_tiny_llama
 

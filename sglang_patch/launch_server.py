@@ -1,7 +1,7 @@
 """``python -m sglang_patch.launch_server --cache-policy laru [options] [SGLang args]``.
 
 Translates the cache policy into SGLang's own flags and starts SGLang's server:
-``lru`` is stock SGLang, untouched; ``laru``, ``fpb``, ``hf`` and ``rlt`` select the
+``lru`` is stock SGLang, untouched; ``laru``, ``fpb``, ``hf``, ``rlt`` and ``lpc`` select the
 ``lcr-<policy>`` radix-cache backend and pass their options as
 ``--radix-eviction-policy-config`` JSON. Every other argument goes to SGLang as is.
 """
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import runpy
 import sys
 
@@ -49,6 +50,11 @@ def _parser() -> argparse.ArgumentParser:
                         f"(default {DEFAULTS['predictor_backoff_s']:g})")
     p.add_argument("--predictor-budget-ms", type=float,
                    help=f"predictor time per eviction pass (default {DEFAULTS['predictor_budget_ms']:g})")
+    p.add_argument("--lpc-model", help="LPC: predictor file from `lcr lpc-train --model lightgbm --features length` "
+                   "(default: none, every request gets the prior: LRU order)")
+    p.add_argument("--lpc-splitter", help="LPC: chat template whose role markers split a prompt into user turns "
+                   "(auto, chatml, llama3, llama2, gemma, phi3, none; default auto)")
+    p.add_argument("--lpc-scale", type=float, help="LPC: decay rate per second (default 0.01)")
     p.add_argument("--lcr-help", action="help", help="show these options and exit")
     return p
 
@@ -64,6 +70,7 @@ def translate(argv: list[str]) -> list[str]:
         ("window", ours.hf_window), ("seed", ours.rlt_seed), ("predictor", ours.predictor),
         ("predictor_url", ours.predictor_url), ("predictor_timeout_ms", ours.predictor_timeout_ms),
         ("predictor_backoff_s", ours.predictor_backoff_s), ("predictor_budget_ms", ours.predictor_budget_ms),
+        ("model", ours.lpc_model and os.path.abspath(ours.lpc_model)), ("splitter", ours.lpc_splitter), ("scale", ours.lpc_scale),
     ) if value is not None}
     if policy == "lru":
         if options:

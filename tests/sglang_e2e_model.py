@@ -6,19 +6,40 @@ from pathlib import Path
 VOCAB = 1000
 
 
-def build_tiny_llama(out: Path) -> Path:
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+# The chat variant's template: ChatML, as Qwen's (lcr.lpc.templates splits it back).
+CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+CHATML_SPECIALS = ["<|im_start|>", "<|im_end|>"]
 
-    out.mkdir(parents=True, exist_ok=True)
+
+def word_tokenizer(words: list[str] | None = None):
+    """Word-level tokenizer: ``w0``, ``w1``, ... by default; with ``words``, those words
+    (real text round-trips, spaced) plus ChatML's markers and template."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
     specials = ["<unk>", "<s>", "</s>"]
-    words = specials + [f"w{i}" for i in range(VOCAB - len(specials))]
-    core = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    chat = words is not None
+    vocab = specials + (list(dict.fromkeys([*CHATML_SPECIALS, "system", "user", "assistant", *words])) if chat
+                        else [f"w{i}" for i in range(VOCAB - len(specials))])
+    core = Tokenizer(models.WordLevel({w: i for i, w in enumerate(vocab)}, unk_token="<unk>"))
     core.pre_tokenizer = pre_tokenizers.Whitespace()
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, unk_token="<unk>", bos_token="<s>",
                                         eos_token="</s>")
+    if chat:
+        tokenizer.add_special_tokens({"additional_special_tokens": CHATML_SPECIALS})
+        tokenizer.chat_template = CHATML
+    return tokenizer
+
+
+def build_tiny_llama(out: Path, words: list[str] | None = None) -> Path:
+    """The tiny model; ``words``: its chat variant (see ``word_tokenizer``)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer = word_tokenizer(words)
     tokenizer.save_pretrained(out)
-    config = LlamaConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=4096,
                          bos_token_id=1, eos_token_id=2, tie_word_embeddings=False)
     import torch

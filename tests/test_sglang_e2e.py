@@ -77,3 +77,33 @@ def test_laru_beats_lru_on_interleaved_chats_on_cpu(tiny_llama, tmp_path):
     assert laru["logged_prediction_evictions"] > 0
     assert "predictor intervals" in laru["startup"][0], laru["startup"]
     assert not lru["lcr"]  # stock SGLang: no lcr backend
+
+
+def test_lpc_reads_each_chat_requests_turns_live_on_cpu(tmp_path):
+    """--cache-policy lpc on a live server: chat completions (ChatML, rendered by SGLang to
+    ids) reach the policy as text split into user turns and are predicted, none of them
+    falling back to the prior or to one turn."""
+    from sglang_e2e_model import build_tiny_llama
+    from sglang_server import post
+
+    from lcr.lpc.model import Classifier
+
+    words = [f"{c}{i}" for c in "abr" for i in range(20)]
+    model = build_tiny_llama(tmp_path / "chat-model", words=words)
+    predictor = tmp_path / "turns.pt"
+    Classifier("turns", state={"turn_table": [1.0, 1.0] + [0.0] * 9}).save(predictor)
+    a, b, reply = " ".join(words[:20]), " ".join(words[20:40]), " ".join(words[40:50])
+    chats = [[{"role": "user", "content": a}], [{"role": "user", "content": b}],
+             [{"role": "user", "content": b}, {"role": "assistant", "content": reply},
+              {"role": "user", "content": a}]]
+    log = tmp_path / "lpc.log"
+    with Server(model, "lpc", log, POOL_TOKENS, ("--lpc-model", str(predictor), "--enable-metrics")) as server:
+        before = server.metrics()
+        for messages in chats:
+            post(server.url + "/v1/chat/completions", {"model": "default", "messages": messages, "max_tokens": 2})
+        after = server.metrics()
+    lpc = lcr_counters({k: after.get(k, 0.0) - before.get(k, 0.0) for k in after})
+    assert lpc["lpc_requests_text"] == 3, lpc
+    assert lpc["lpc_requests_one_turn"] == lpc["lpc_requests_without_text"] == lpc["lpc_prediction_failures"] == 0
+    assert lpc["lpc_predict_seconds"] > 0
+    assert re.search(r"lcr: lpc radix cache .*model=.*turns\.pt", log.read_text())

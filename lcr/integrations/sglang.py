@@ -165,7 +165,8 @@ class PolicyDriver(CacheView):
         self.policy.on_access(keys, now, depths)  # even with none: the request still happened
 
     def on_match(self, params, result) -> None:
-        rid = getattr(getattr(params, "req", None), "rid", None)
+        req = getattr(params, "req", None)
+        rid = getattr(req, "rid", None)
         if rid is not None:
             if rid in self._request_time:
                 return  # a waiting request, matched again this round
@@ -173,9 +174,14 @@ class PolicyDriver(CacheView):
             if len(self._request_time) > _REMEMBERED_REQUESTS:
                 self._request_time.popitem(last=False)
         self.now += 1
-        if self.policy.wants_requests:
+        if self.policy.wants_requests:  # a shadow cache: the request's blocks
             self.policy.on_request(*request_blocks(params.key.token_ids, self.page_size, self.sim_keys),
                                    self.now)
+        on_served = getattr(self.policy, "on_served_request", None)
+        if on_served is not None and req is not None:
+            on_served(req, self.now)  # policies that read the request itself (LPC), before its accesses
+            if self.exporter is not None:  # its counters move per request, not per eviction pass
+                self.exporter.update(self.metrics())
         node = self.tree_core.node_by_id(result.last_device_node)
         self._report(node, self.now)
         tokens, matched = params.key.token_ids, result.device_prefix_len
@@ -282,7 +288,8 @@ class PolicyDriver(CacheView):
         return {"evictions": stats["evictions"],
                 "prediction_evictions": stats["prediction_evictions"],
                 "predictor_fallbacks": stats.get("predictor_fallbacks", 0),
-                "prediction_induced_misses": stats.get("prediction_induced_misses", 0)}
+                "prediction_induced_misses": stats.get("prediction_induced_misses", 0),
+                **{k: v for k, v in stats.items() if k.startswith("lpc_")}}  # lcr.lpc.serving's
 
     def metrics(self) -> dict:
         counts = self._policy_counts()

@@ -22,7 +22,8 @@ POLICY_OPTIONS = {
     "fpb": set(_PREDICTOR_OPTIONS),
     "hf": {"window", *_PREDICTOR_OPTIONS},
     "rlt": {"seed"},
-    "lpc": {"scale", "prior"},  # lcr.lpc.serving: no request text reaches the policy yet
+    "lpc": {"scale", "prior", "model", "splitter", "predict_budget_ms",
+            "predict_backoff_s"},  # lcr.lpc.serving
 }
 PREDICTORS = ("lightgbm", "intervals")
 DEFAULT_PREDICTOR = "intervals"  # measured best in serving: docs/kv.md, benchmarks/sglang_serving.py
@@ -38,6 +39,9 @@ _RULES = {
     "predictor_timeout_ms": ("number", 0, True, "predictor timeout"),
     "predictor_backoff_s": ("number", 0, False, "time to serve LRU after a slow or failed prediction"),
     "predictor_budget_ms": ("number", 0, True, "predictor time per eviction pass"),
+    "scale": ("number", 0, True, "LPC's decay rate per second"),
+    "predict_budget_ms": ("number", 0, True, "LPC prediction time per request before backing off"),
+    "predict_backoff_s": ("number", 0, False, "time to give requests the prior after a slow or failed prediction"),
 }
 
 
@@ -51,6 +55,21 @@ def _check_value(policy: str, name: str, value) -> None:
     if value < low or (exclusive and value == low):
         raise LcrInputError(f"{policy} option {name} ({meaning}) must be {'>' if exclusive else '>='} "
                             f"{low}, got {value:g}")
+
+
+def _check_lpc(raw: dict) -> None:
+    """LPC's own options; a model file is loaded and tried now, so that a missing or
+    corrupt one fails at launch, not in the scheduler."""
+    from lcr.lpc.templates import SPLITTERS
+
+    if "splitter" in raw and raw["splitter"] not in SPLITTERS:
+        raise LcrInputError(f"lpc options: unknown splitter {raw['splitter']!r}; valid: {', '.join(SPLITTERS)}")
+    if "model" in raw:
+        if not isinstance(raw["model"], str):
+            raise LcrInputError(f"lpc options: model must be a path, got {raw['model']!r}")
+        from lcr.lpc.serving import load_serving_model
+
+        load_serving_model(raw["model"])
 
 
 @dataclass
@@ -84,6 +103,8 @@ class PolicyConfig:
         if predictor is not None and predictor not in PREDICTORS:
             raise LcrInputError(f"{policy} options: unknown predictor {predictor!r}; "
                                 f"valid: {', '.join(PREDICTORS)} (or predictor_url)")
+        if policy == "lpc":
+            _check_lpc(raw)
         if "predictor_url" in raw:
             if predictor is not None:
                 raise LcrInputError(f"{policy} options: give predictor or predictor_url, not both")

@@ -14,6 +14,13 @@ DESCRIPTIONS = {
     "policy_seconds": "Time spent choosing victims, predictor calls included",
     "eviction_passes": "Eviction passes (calls of the radix cache's evict)",
     "eviction_seconds": "Time of whole eviction passes: victim choice, SGLang's tree and KV frees",
+    # LPC (lcr.lpc.serving): where each request's prompt text came from, and its fallbacks
+    "lpc_requests_text": "LPC requests whose prompt text was decoded from their token ids",
+    "lpc_requests_without_text": "LPC requests without text: they got the prior (LRU order)",
+    "lpc_requests_one_turn": "LPC requests without chat-template role markers (one user turn)",
+    "lpc_prediction_failures": "LPC predictions that failed: the request got the prior",
+    "lpc_requests_backed_off": "LPC requests given the prior while a failed or slow predictor backs off",
+    "lpc_predict_seconds": "Time of LPC's per-request predictions: decode, split, features, model",
 }
 _COUNTERS: dict[tuple[str, tuple[str, ...]], object] = {}
 

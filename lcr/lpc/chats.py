@@ -68,7 +68,7 @@ def load_conversations(path: str | Path, limit: int | None = None) -> list[Conve
     out = []
     for base, parts in chunks.items():
         parts.sort(key=lambda part: part[0])
-        turns = _pair([m for _, messages in parts for m in messages])
+        turns = pair_messages([m for _, messages in parts for m in messages])
         if turns:
             out.append(Conversation(base, tuple(turns)))
         if limit is not None and len(out) >= limit:
@@ -76,7 +76,8 @@ def load_conversations(path: str | Path, limit: int | None = None) -> list[Conve
     return out
 
 
-def _pair(messages: list[dict]) -> list[Turn]:
+def pair_messages(messages: list[dict]) -> list[Turn]:
+    """Greedy pairing (module docstring); also splits served prompts (``lcr.lpc.templates``)."""
     turns: list[list[str]] = []
     for m in messages:
         role = m["from"]

@@ -45,15 +45,39 @@ def turn_text(prompts: list[str], tokenizer, budget: int) -> str:
     return SEPARATOR.join(parts)
 
 
+def token_count(tokenizer, text: str) -> int:
+    """A text's length feature: its tokens, special tokens not counted."""
+    return len(tokenizer.encode(text, add_special_tokens=False).ids)
+
+
+def _lengths(texts: list[str], tokenizer) -> list[int]:
+    return [token_count(tokenizer, t) for t in texts]
+
+
+def turn_example(users: list[str], replies: list[str], i: int, tokenizer, budget: int, *,
+                 history: int = HISTORY, continues: bool = False, conversation: int = -1,
+                 user_len: list[int] | None = None, reply_len: list[int] | None = None,
+                 text: bool = True) -> Example:
+    """The features of user turn ``i`` (0-based) of a conversation given as its user
+    prompts and replies: the one rule training (``examples``) and serving
+    (``lcr.lpc.serving``) share. Only turns up to ``i`` are read. ``text=False`` skips
+    building the encoder text (models without text features never read it)."""
+    user_len = _lengths(users[:i + 1], tokenizer) if user_len is None else user_len
+    reply_len = _lengths(replies[:i], tokenizer) if reply_len is None else reply_len
+    prompts = users[max(0, i - history):i + 1]
+    return Example(turn_text(prompts, tokenizer, budget) if text else "", i + 1, continues, conversation,
+                   user_len[i], sum(user_len[:i]) + sum(reply_len[:i]))
+
+
 def examples(conversations: list[Conversation], tokenizer, budget: int,
              history: int = HISTORY) -> list[Example]:
     out = []
     for c, conv in enumerate(conversations):
         users = [t.user for t in conv.turns]
-        user_len = [len(tokenizer.encode(u, add_special_tokens=False).ids) for u in users]
-        reply_len = [len(tokenizer.encode(t.assistant, add_special_tokens=False).ids) for t in conv.turns]
+        replies = [t.assistant for t in conv.turns]
+        user_len, reply_len = _lengths(users, tokenizer), _lengths(replies, tokenizer)
         for i in range(len(users)):
-            prompts = users[max(0, i - history):i + 1]
-            out.append(Example(turn_text(prompts, tokenizer, budget), i + 1, conv.continues_after(i), c,
-                               user_len[i], sum(user_len[:i]) + sum(reply_len[:i])))
+            out.append(turn_example(users, replies, i, tokenizer, budget, history=history,
+                                    continues=conv.continues_after(i), conversation=c,
+                                    user_len=user_len, reply_len=reply_len))
     return out

@@ -93,7 +93,7 @@ class Classifier:
             return np.asarray([float(table[min(int(t), MAX_TURN_BIN)]) for t in turns])
         x = self.features(embeddings, turns, lengths)
         if self.kind == "lightgbm":
-            return self.booster.predict(x)
+            return self.booster.predict(x, num_threads=1)  # one row at a time in serving: no thread pool
         import torch
 
         with torch.no_grad():

@@ -53,10 +53,12 @@ class ContinuationKeys:
     def seconds(self, now: int) -> float:
         return self.times[now] if 0 <= now < len(self.times) else float(now)
 
+    def request_logit(self, now: int) -> float:
+        return self.logits[now] if 0 <= now < len(self.logits) else self.prior
+
     def access(self, keys: Sequence[int], now: int) -> None:
         """Request ``now`` used these nodes: max-pool its fresh key into theirs."""
-        lg = self.logits[now] if 0 <= now < len(self.logits) else self.prior
-        fresh = lg + self.scale * self.seconds(now)
+        fresh = self.request_logit(now) + self.scale * self.seconds(now)
         get = self.key.get
         for k in keys:
             old = get(k)
