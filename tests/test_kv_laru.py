@@ -12,7 +12,6 @@ from lcr.kv import PathOracle, RadixTree, build_workload, make_policy, replay_lc
 from lcr.kv.laru import LARU
 from lcr.kv.policies import CacheView
 from lcr.kv.spec import LARUSpec
-from lcr.kv.requests import BlockRequest
 from lcr.traces import generate
 
 
@@ -243,7 +242,7 @@ def test_default_and_guarded_rules_keep_inverted_laru_within_2_percent_of_lru_on
 def test_a_shadow_phase_follows_predictions_only_within_slack_of_lru_and_drops_when_behind():
     def policy_at(hits, shadow_hits):
         policy = filled(LARU, 6, {2: 9.0}, confidence="shadow")
-        policy.on_request(BlockRequest((0,), (10,)), 6)  # the engine's first request makes the shadow
+        policy.on_request([0], [10], 6)  # the engine's first request makes the shadow
         policy.hit_tokens, policy.shadow.hits = hits, shadow_hits
         policy.begin_eviction(None, 6)
         return policy

@@ -161,39 +161,3 @@ def test_engines_agree_with_a_learned_style_predictor(name):
         runs.append((replay(w, capacity, make_policy(name, w, predictor=predictor)),
                      dict(predictor.features.depth)))
     assert runs[0] == runs[1]  # same hits, and the same node depths fed to the features
-
-
-def test_the_serving_shadow_is_stock_lru_fed_every_prompt_and_every_insert():
-    # Serving keys at page size 1: LARU's shadow is SGLang's own LRU cache, fed each
-    # match and each insert (a finished turn's reply included), so a follow-up turn hits
-    # the reply too, as it would on stock SGLang.
-    from array import array
-
-    import torch
-    from sglang.srt.mem_cache.base_prefix_cache import InsertParams, MatchPrefixParams
-    from sglang.srt.mem_cache.radix_cache import RadixKey
-
-    from lcr.integrations.sglang_shadow import SGLangShadowLRU
-
-    laru = make_policy("laru", online_qa())
-    cache, allocator = build_cache(laru, 100, sim_keys=False)
-
-    def serve(prompt, reply=()):
-        match = cache.match_prefix(MatchPrefixParams(key=RadixKey(array("q", prompt))))
-        done = array("q", list(prompt) + list(reply))
-        value = torch.cat([cache.path_device_indices(match.last_device_node)[:match.device_prefix_len],
-                           allocator.alloc(len(done) - match.device_prefix_len)])
-        cache.insert(InsertParams(key=RadixKey(done), value=value, prev_prefix_len=match.device_prefix_len))
-        return match.device_prefix_len
-
-    first = range(10, 70)
-    serve(first, reply=range(200, 210))  # 60 prompt tokens, 10 reply tokens cached
-    assert serve(list(first) + list(range(200, 210)) + [5] * 10) == 70  # the real cache's hits
-    shadow = laru.shadow
-    assert isinstance(shadow, SGLangShadowLRU) and shadow.requests == 2
-    assert shadow.hits == 70  # 60 without the insert of the reply
-    # Full (90 of 100 tokens): 50 new tokens make stock LRU evict the leaf tail and the
-    # first turn's node, so that turn no longer hits in the shadow.
-    before = shadow.hits
-    shadow.extend(RadixKey(array("q", range(300, 350))))
-    assert shadow.request(RadixKey(array("q", first)), 4) == 0 and shadow.hits == before

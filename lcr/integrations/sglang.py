@@ -29,7 +29,6 @@ from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 
 from lcr.integrations.sglang_config import PolicyConfig, build_policy
 from lcr.kv.policies import CacheView, LeafPolicy
-from lcr.kv.requests import BlockRequest
 
 log = logging.getLogger("lcr.sglang")
 
@@ -95,8 +94,6 @@ class PolicyDriver(CacheView):
         self._log_every = 100
         self._logged_prediction = False
         self.exporter = None  # a PolicyMetricsExporter when SGLang runs with --enable-metrics
-        self._sglang_shadow_ok = not sim_keys and self.page_size == 1
-        self._sglang_shadow = None  # the shadow LRU made by lru_shadow, fed inserts too
         self._carried: dict[str, int] = {}  # counts of policies replaced by restart()
 
     def _use(self, policy: LeafPolicy) -> None:
@@ -177,10 +174,9 @@ class PolicyDriver(CacheView):
             if len(self._request_time) > _REMEMBERED_REQUESTS:
                 self._request_time.popitem(last=False)
         self.now += 1
-        if self.policy.wants_requests:  # a shadow LRU: the request as the shadow takes it
-            self.policy.on_request(params.key if self._sglang_shadow_ok else
-                                   BlockRequest(*map(tuple, request_blocks(params.key.token_ids, self.page_size,
-                                                                           self.sim_keys))), self.now)
+        if self.policy.wants_requests:  # a shadow cache: the request's blocks
+            self.policy.on_request(*request_blocks(params.key.token_ids, self.page_size, self.sim_keys),
+                                   self.now)
         on_served = getattr(self.policy, "on_served_request", None)
         if on_served is not None and req is not None:
             on_served(req, self.now)  # policies that read the request itself (LPC), before its accesses
@@ -206,19 +202,7 @@ class PolicyDriver(CacheView):
         finally:
             self.inserting_time = None
 
-    def lru_shadow(self):
-        """Serving at page size 1: stock SGLang LRU itself (``SGLangShadowLRU``, fed
-        prompts and inserts); otherwise lcr's tree over the request's blocks."""
-        if not self._sglang_shadow_ok:
-            return super().lru_shadow()
-        from lcr.integrations.sglang_shadow import SGLangShadowLRU
-
-        self._sglang_shadow = SGLangShadowLRU(self.capacity_tokens)
-        return self._sglang_shadow
-
-    def on_insert(self, result, key=None) -> None:
-        if key is not None and self._sglang_shadow is not None:
-            self._sglang_shadow.extend(key)  # stock LRU caches what the real cache inserts
+    def on_insert(self, result) -> None:
         node = result.last_device_node
         if node is None:
             return
@@ -294,7 +278,6 @@ class PolicyDriver(CacheView):
         for name, value in self._policy_counts().items():
             self._carried[name] = self._carried.get(name, 0) + value
         self._use(policy)
-        self._sglang_shadow = None  # the new policy makes its own at its first request
         self.now, self.pending_missing = -1, None
         self._keys.clear()
         self._request_time.clear()
@@ -398,7 +381,7 @@ class PolicyRadixCache(UnifiedRadixCache):
 
     def insert(self, params):
         result = super().insert(params)
-        self.driver.on_insert(result, params.key)
+        self.driver.on_insert(result)
         return result
 
     # Inserts made for a request are its own accesses: dated at its match, not the latest.

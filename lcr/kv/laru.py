@@ -23,7 +23,7 @@ Rules (each measured in docs/kv.md; the options name the alternatives tried):
 * Fallback (``fallback``): ``round`` evicts the whole eviction round of an induced miss
   by LRU; ``one`` (the authors') gives one LRU eviction per induced miss.
 * Confidence (``confidence``), default ``shadow``: an exact LRU of the same capacity
-  runs beside the cache (made by the engine: ``CacheView.lru_shadow``, fed by its
+  runs beside the cache (``lcr.kv.shadow.ShadowLRU``, fed by the engine's
   ``on_request``). A phase that starts with this cache's hit tokens at least
   (1 - ``slack``) of the shadow's (slack 0.01, half of the 2% that inverted predictions
   may cost) follows Algorithm 1 (lambda 1, shrunk by b per induced miss); any other phase
@@ -147,11 +147,13 @@ class LARURules(_Predictive):
         return max(math.floor(self.lam * self.k), 1)
 
     # Events ---------------------------------------------------------------------------
-    def on_request(self, request, now):
+    def on_request(self, paths, tokens, now):
         if self.shadow is None and self.view is not None:
-            self.shadow = self.view.lru_shadow()
+            from lcr.kv.shadow import ShadowLRU
+
+            self.shadow = ShadowLRU(self.view.capacity_tokens)
         if self.shadow is not None:
-            self.shadow.request(request, now)
+            self.shadow.request(paths, tokens, now)
 
     def on_access(self, keys, now, depths=None):
         if self.wants_requests and now != self._hit_now:  # a request's first report: its hits

@@ -48,13 +48,6 @@ class CacheView(ABC):
     #: Whether ``parent_key`` answers; without it LARU rebuilds its window at every pick.
     knows_parents: bool = False
 
-    def lru_shadow(self):
-        """An LRU cache of this one's capacity, fed the engine's requests (``request(r,
-        now)``; ``hits``: its hit tokens so far): what ``confidence=shadow`` compares with."""
-        from lcr.kv.shadow import ShadowLRU
-
-        return ShadowLRU(self.capacity_tokens)
-
     def parent_key(self, key: int) -> int | None:
         """Key of the cached parent of ``key`` (None: the root). Lets a policy learn,
         without scanning, which node may become a leaf after an eviction."""
@@ -95,9 +88,9 @@ class LeafPolicy(ABC):
     #: request's blocks, so only policies that keep a shadow cache ask for it).
     wants_requests: bool = False
 
-    def on_request(self, request, now: int) -> None:
-        """A request arrives, before ``on_access``, as the engine describes it (what the
-        view's ``lru_shadow`` takes; only sent to policies with ``wants_requests``)."""
+    def on_request(self, paths: Sequence[int], tokens: Sequence[int], now: int) -> None:
+        """A request arrives, before ``on_access``: its blocks' path ids and tokens, root
+        first (only sent to policies with ``wants_requests``)."""
 
     def on_miss(self, key: int, now: int) -> None:
         """A request found its blocks cached only up to ``key`` (its first missing block),

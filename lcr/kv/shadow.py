@@ -6,9 +6,8 @@ engine ``lcr sim-kv`` uses), so on lcr's engine its count *is* LRU's, not an est
 (``lcr.kv.reuse`` estimates it from reuse distances instead, off by up to 10% on
 Online-QA because LRU evicts whole nodes). It holds at most the capacity's tokens (its
 own tree evicts), and a request costs what serving it in lcr's tree costs: a walk of
-its blocks plus O(log n) per eviction. Engines make it through ``CacheView.lru_shadow`` and
-feed it their own request description through the policy's ``on_request`` (SGLang's
-driver makes one on SGLang's own tree instead: ``lcr.integrations.sglang_shadow``).
+its blocks plus O(log n) per eviction. Needs the engine's ``on_request`` (the request's
+blocks); engines that do not send it leave ``requests`` at 0.
 Not thread-safe: one engine thread drives it.
 """
 from __future__ import annotations
@@ -25,9 +24,9 @@ class ShadowLRU:
         self.hits = 0       # LRU's hit tokens so far
         self.requests = 0
 
-    def request(self, request: BlockRequest, now: int) -> int:
-        """Serve one request (its blocks, root first); LRU's hit tokens."""
-        hit = self.tree.serve(request, now)
+    def request(self, paths, tokens, now: int) -> int:
+        """Serve one request (block path ids and tokens, root first); LRU's hit tokens."""
+        hit = self.tree.serve(BlockRequest(tuple(paths), tuple(tokens)), now)
         self.hits += hit
         self.requests += 1
         return hit

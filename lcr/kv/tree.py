@@ -60,7 +60,7 @@ class RadixTree(CacheView):
         """Serve one request at time ``now``; return its cached (hit) tokens."""
         paths, tokens = request.paths, request.tokens
         if self.policy.wants_requests:
-            self.policy.on_request(request, now)
+            self.policy.on_request(paths, tokens, now)
         last, matched, path = self.match(paths)
         hit_tokens = sum(tokens[:matched])
         self.policy.on_access([n.key for n in path], now, _depths(path))
