@@ -55,8 +55,8 @@ def request_blocks(token_ids, page_size: int, sim_keys: bool) -> tuple[list[int]
         return paths, tokens
     key = 0
     for start in range(0, len(token_ids), page_size):
-        page = tuple(token_ids[start:start + page_size])
-        key = hash((key, page))
+        page = token_ids[start:start + page_size]
+        key = prefix_key(key, page)  # the rule that names serving-mode nodes
         paths.append(key)
         tokens.append(len(page))
     return paths, tokens
@@ -247,11 +247,7 @@ class PolicyDriver(CacheView):
             if parent is not None and parent in leaves:
                 by_key[self.key_of(parent)] = parent
         if by_key is None or len(by_key) != len(leaves):
-            known, key_of = self._keys, self.key_of
-            by_key = self._pass_leaves = {}
-            for node in leaves:  # serving keys are cached by node id: looked up inline
-                key = None if self.sim_keys else known.get(node.id)
-                by_key[key_of(node) if key is None else key] = node
+            by_key = self._pass_leaves = {self.key_of(node): node for node in leaves}
         return by_key
 
     def pick(self, leaves) -> object:
