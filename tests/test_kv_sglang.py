@@ -67,6 +67,8 @@ def test_the_sglang_driver_feeds_laru_s_shadow_lru_the_same_requests():
     paths, tokens = integ.request_blocks([1, 2, 3, 4, 5], page_size=2, sim_keys=False)
     assert tokens == [2, 2, 1] and len(set(paths)) == 3
     assert integ.request_blocks([1, 2, 3, 9], page_size=2, sim_keys=False)[0][0] == paths[0]  # a prefix's hash
+    # a page is named by its whole prefix, as SGLang's nodes are: same page, other prefix, other id
+    assert integ.request_blocks([9, 9, 3, 4, 5], page_size=2, sim_keys=False)[0][1] != paths[1]
 
 
 @pytest.mark.parametrize("name", ["lru", "laru"])
