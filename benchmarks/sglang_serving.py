@@ -226,19 +226,24 @@ def policy_args(spec: str) -> tuple[str, tuple[str, ...]]:
     return policy, ("--predictor", predictor) if predictor else ()
 
 
-def start_servers(stack, model: Path, specs: list[str], pool: int, logdir: Path) -> dict:
+def launch(model: Path, spec: str, pool: int, log: Path, threads: int):
+    """One server for ``spec``; ``threads`` is its torch intra-op thread count (OMP_NUM_THREADS)."""
+    from sglang_server import Server
+
+    policy, extra = policy_args(spec)
+    return Server(model, policy, log, pool, (*extra, "--enable-metrics", "--sleep-on-idle"),
+                  env={"OMP_NUM_THREADS": str(threads)} if threads else None)
+
+
+def start_servers(stack, model: Path, specs: list[str], pool: int, logdir: Path, threads: int = 0) -> dict:
     """One server per spec, all up at once (they sleep when idle, so a waiting one takes
     no CPU from the one being measured). A launch whose port was taken meanwhile by
     another process (slow start-ups on a busy host) is retried on a fresh port."""
-    from sglang_server import Server
-
     holders = {}
     for spec in specs:  # all launched before any is waited for: start-ups overlap
-        policy, extra = policy_args(spec)
-        server = Server(model, policy, logdir / f"{spec.replace(':', '-')}.log", pool,
-                        (*extra, "--enable-metrics", "--sleep-on-idle"))
+        server = launch(model, spec, pool, logdir / f"{spec.replace(':', '-')}.log", threads)
         holders[spec] = stack.enter_context(_Stopping(server))
-    return {spec: _ready(holder, model, spec, pool, logdir) for spec, holder in holders.items()}
+    return {spec: _ready(holder, model, spec, pool, logdir, threads) for spec, holder in holders.items()}
 
 
 class _Stopping:
@@ -254,9 +259,7 @@ class _Stopping:
         self.server.stop()
 
 
-def _ready(holder: _Stopping, model: Path, spec: str, pool: int, logdir: Path):
-    from sglang_server import Server
-
+def _ready(holder: _Stopping, model: Path, spec: str, pool: int, logdir: Path, threads: int):
     for attempt in range(3):
         try:
             holder.server.wait_ready()
@@ -265,9 +268,7 @@ def _ready(holder: _Stopping, model: Path, spec: str, pool: int, logdir: Path):
             if "address already in use" not in holder.server.log.read_text() or attempt == 2:
                 raise
             holder.server.stop()
-            policy, extra = policy_args(spec)
-            holder.server = Server(model, policy, logdir / f"{spec.replace(':', '-')}-retry{attempt}.log",
-                                   pool, (*extra, "--enable-metrics", "--sleep-on-idle"))
+            holder.server = launch(model, spec, pool, logdir / f"{spec.replace(':', '-')}-retry{attempt}.log", threads)
     raise AssertionError("unreachable")
 
 
@@ -306,14 +307,17 @@ def serve(server, workloads: dict, concurrency: int) -> dict:
     out = {}
     for name, prompts in workloads.items():
         server.flush_cache()
-        before = server.metrics()
+        before, cpu_before = server.metrics(), server.cpu_seconds()
         wall, ttfts = closed_loop(server.url, prompts, concurrency)
-        after = server.metrics()
+        after, cpu = server.metrics(), server.cpu_seconds() - cpu_before
         delta = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
         ttfts.sort()
         out[name] = {
             "cached_ratio": delta.get("cached_tokens", 0) / max(delta.get("prompt_tokens", 0), 1),
             "req_per_s": len(prompts) / wall,
+            # requests per CPU second of the server's processes: its rate on cores of its own,
+            # which other jobs on a shared host move far less than the wall-clock rate
+            "req_per_cpu_s": len(prompts) / max(cpu, 1e-9), "server_cpu_s": cpu,
             "ttft_p50_ms": 1e3 * ttfts[len(ttfts) // 2],
             "ttft_p99_ms": 1e3 * ttfts[min(len(ttfts) - 1, int(0.99 * len(ttfts)))],
             "wall_s": wall, "lcr": lcr_counters(delta)}
@@ -430,6 +434,12 @@ def main(argv=None) -> int:
     p.add_argument("--mooncake-requests", type=int, default=150)
     p.add_argument("--block-tokens", type=int, default=16, help="tokens per Mooncake hash block")
     p.add_argument("--concurrency", type=int, default=4, help="clients in the closed loop")
+    p.add_argument("--model", choices=("tiny", "small"), default="tiny",
+                   help="the random Llama's shape (tests/sglang_e2e_model.py SIZES): tiny measures the scheduler's "
+                        "overhead; small makes prefill cost what it does next to the scheduler on a GPU")
+    p.add_argument("--server-threads", type=int, default=1,
+                   help="each server's torch intra-op threads (OMP_NUM_THREADS; 0: torch's default, one per "
+                        "core). One keeps a server's forward from spinning on a core another job holds")
     p.add_argument("--skip-serving", action="store_true", help="only the in-process eviction-pass timing")
     p.add_argument("--pass-policies", default="lru,lcr-lru,laru,laru:lightgbm",
                    help="in-process pass timing; lru (stock, first: the ratios' base), lcr-lru, lcr backends")
@@ -479,11 +489,13 @@ def main(argv=None) -> int:
 
         results["load_average"] = {"before": os.getloadavg()}
         with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
-            model = build_tiny_llama(Path(tmp) / "model")
-            servers = start_servers(stack, model, specs, args.pool_tokens, Path(tmp))
+            model = build_tiny_llama(Path(tmp) / "model", size=args.model)
+            servers = start_servers(stack, model, specs, args.pool_tokens, Path(tmp), args.server_threads)
             warmup = {name: prompts[:args.concurrency] for name, prompts in workloads.items()}
             for spec in specs:
-                serve(servers[spec], warmup, args.concurrency)  # first-call costs, then flushed
+                serve(servers[spec], warmup, args.concurrency)  # first-call costs and lazy imports
+                servers[spec].flush_cache()
+                servers[spec].freeze_gc()  # else a full collection (~0.5 s) lands in some runs, not others
             for repeat in range(args.repeats):
                 for spec in (specs if repeat % 2 == 0 else specs[::-1]):  # ABBA
                     run = serve(servers[spec], workloads, args.concurrency)
@@ -523,15 +535,17 @@ def report(results: dict, specs: list[str], pass_specs: list[str], names: list[s
     serving = results["serving"]
     if serving and specs[0] == "lru":
         print("\nRatio to stock LRU within each repeat (neighbours in time), median [min, max] over repeats:")
-        print("| workload | policy | req/s ratio | cached-token ratio ratio | per-repeat req/s ratios |")
-        print("|---|---|---|---|---|")
+        print("| workload | policy | req/s ratio | req per server CPU-s ratio | cached-token ratio ratio "
+              "| per-repeat req/s ratios |")
+        print("|---|---|---|---|---|---|")
         for name in names:
             base = [r[name] for r in serving["lru"]]
             for spec in specs[1:]:
                 runs = [r[name] for r in serving.get(spec, [])]
                 rps = ratios([r["req_per_s"] for r in runs], [b["req_per_s"] for b in base])
+                per_cpu = ratios([r["req_per_cpu_s"] for r in runs], [b["req_per_cpu_s"] for b in base])
                 hit = ratios([r["cached_ratio"] for r in runs], [b["cached_ratio"] for b in base])
-                print(f"| {name} | {spec} | {median_range(rps)} | {median_range(hit)} | "
+                print(f"| {name} | {spec} | {median_range(rps)} | {median_range(per_cpu)} | {median_range(hit)} | "
                       f"{', '.join(f'{x:.2f}' for x in rps)} |")
     print("\nWhole eviction pass on SGLang's tree, in-process (SGLang's allocator, no KV tensors): "
           "CPU µs per pass, median [min, max] over repeats; ratio to stock LRU taken within each repeat")

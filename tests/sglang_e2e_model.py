@@ -32,16 +32,24 @@ def word_tokenizer(words: list[str] | None = None):
     return tokenizer
 
 
-def build_tiny_llama(out: Path, words: list[str] | None = None) -> Path:
-    """The tiny model; ``words``: its chat variant (see ``word_tokenizer``)."""
+# Shapes. "tiny": a forward costs next to nothing, so serving measures the scheduler's own
+# overhead. "small": a prompt token's prefill costs tens of microseconds of CPU, so, as
+# on a GPU serving a real model, the forward outweighs the scheduler and a cached prefix
+# saves time.
+SIZES = {"tiny": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4},
+         "small": {"hidden_size": 256, "intermediate_size": 688, "num_hidden_layers": 4, "num_attention_heads": 4}}
+
+
+def build_tiny_llama(out: Path, words: list[str] | None = None, size: str = "tiny") -> Path:
+    """The tiny model (or another of ``SIZES``); ``words``: its chat variant (see ``word_tokenizer``)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = word_tokenizer(words)
     tokenizer.save_pretrained(out)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=4096,
-                         bos_token_id=1, eos_token_id=2, tie_word_embeddings=False)
+    shape = SIZES[size]
+    config = LlamaConfig(vocab_size=len(tokenizer), **shape, num_key_value_heads=shape["num_attention_heads"],
+                         max_position_embeddings=4096, bos_token_id=1, eos_token_id=2, tie_word_embeddings=False)
     import torch
 
     torch.manual_seed(0)

@@ -88,10 +88,10 @@ def generate(url: str, ids: list[int], max_new_tokens: int = 2) -> tuple[dict, f
 
 class Server:
     def __init__(self, model: Path, policy: str, log: Path, pool_tokens: int,
-                 extra_args: tuple[str, ...] = ()):
+                 extra_args: tuple[str, ...] = (), env: dict[str, str] | None = None):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        env = {**os.environ, "SGLANG_USE_CPU_ENGINE": "1", "PYTHONPATH": pythonpath()}
+        env = {**os.environ, "SGLANG_USE_CPU_ENGINE": "1", "PYTHONPATH": pythonpath(), **(env or {})}
         self.log = log
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "sglang_patch.launch_server", "--cache-policy", policy,
@@ -118,6 +118,27 @@ class Server:
 
     def flush_cache(self) -> None:
         urllib.request.urlopen(urllib.request.Request(self.url + "/flush_cache", method="POST"), timeout=60).read()
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU seconds used so far by the server's processes (its session:
+        the launcher, tokenizer, scheduler, detokenizer), all their threads included."""
+        total = 0.0
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:  # gone meanwhile
+                continue
+            fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) "
+            if int(fields[3]) == self.proc.pid:  # session id
+                total += int(fields[11]) + int(fields[12])
+        return total / os.sysconf("SC_CLK_TCK")
+
+    def freeze_gc(self) -> None:
+        """SGLang's own /freeze_gc: what exists now (imports, the first requests' caches)
+        leaves the collector's walks, as a launch does after its warm-up."""
+        urllib.request.urlopen(urllib.request.Request(self.url + "/freeze_gc", method="POST"), timeout=60).read()
 
     def stop(self) -> None:
         if self.proc.poll() is None:

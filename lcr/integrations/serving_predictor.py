@@ -23,6 +23,7 @@ from typing import Sequence
 from urllib.parse import urlsplit
 
 from lcr.errors import LcrInputError
+from lcr.integrations.backoff import Backoff
 
 log = logging.getLogger("lcr.sglang")
 
@@ -38,15 +39,16 @@ class GuardedPredictor:
                  clock=time.monotonic):
         self.inner = inner
         self.name = getattr(inner, "name", type(inner).__name__)
-        self.timeout_s = timeout_s
-        self.backoff_s = backoff_s
         self.pass_budget_s = pass_budget_s
         self._clock = clock
         self._pass_spent = 0.0
-        self._down_until = float("-inf")
-        self._failing = False  # warn once per outage, not once per backoff
-        self.backoffs = 0
+        self._backoff = Backoff(f"predictor {self.name}", timeout_s=timeout_s, backoff_s=backoff_s,
+                                fallback="evicting by LRU")
         self.refused = 0
+
+    @property
+    def backoffs(self) -> int:
+        return self._backoff.backoffs
 
     def __getattr__(self, name):  # observe, observe_node, on_split: whatever the inner one has
         return getattr(self.inner, name)
@@ -56,7 +58,7 @@ class GuardedPredictor:
 
     def predict(self, keys: Sequence[int], now: int):
         started = self._clock()
-        if started < self._down_until:
+        if self._backoff.shut(started):
             self.refused += 1
             raise PredictorUnavailable(f"{self.name} is backed off")
         if self._pass_spent >= self.pass_budget_s:
@@ -64,28 +66,15 @@ class GuardedPredictor:
             raise PredictorUnavailable(f"{self.name} spent this eviction pass's budget")
         try:
             values = self.inner.predict(keys, now)
-        except Exception:
-            self._pass_spent += self._clock() - started
-            self._back_off(started, "failed")
+        except Exception as err:
+            ended = self._clock()
+            self._pass_spent += ended - started
+            self._backoff.failed(ended, ended - started, type(err).__name__)
             raise
-        elapsed = self._clock() - started  # one clock read serves the budget and the timeout
-        self._pass_spent += elapsed
-        if elapsed > self.timeout_s:
-            self._back_off(started, "was slow")  # this answer is used; the next ones wait
-        elif self._failing:
-            self._failing = False
-            log.warning("lcr: predictor %s is answering again", self.name)
+        ended = self._clock()  # one clock read serves the budget and the timeout
+        self._pass_spent += ended - started
+        self._backoff.answered(ended, ended - started)
         return values
-
-    def _back_off(self, started: float, what: str) -> None:
-        elapsed = self._clock() - started
-        self._down_until = self._clock() + self.backoff_s
-        self.backoffs += 1
-        if self._failing:
-            return
-        self._failing = True
-        log.warning("lcr: predictor %s %s (%.0f ms); evicting by LRU for %g s",
-                    self.name, what, elapsed * 1e3, self.backoff_s)
 
 
 def check_service_url(url: str) -> str:

@@ -33,12 +33,12 @@ from __future__ import annotations
 
 import functools
 import logging
-import math
 import time
 from collections import OrderedDict, deque
 from pathlib import Path
 
 from lcr.errors import LcrInputError
+from lcr.integrations.backoff import Backoff
 from lcr.lpc.features import token_count, turn_example
 from lcr.lpc.policy import LPC, SCALE, ContinuationKeys, logit
 from lcr.lpc.templates import SPLITTERS, split_turns
@@ -133,14 +133,13 @@ class RequestPredictor:
             raise LcrInputError(f"lpc option splitter: unknown {splitter!r}; valid: {', '.join(SPLITTERS)}")
         self.model = model
         self.splitter = splitter
-        self.budget_s = budget_s
-        self.backoff_s = backoff_s
+        self._backoff = Backoff("lpc prediction", timeout_s=budget_s, backoff_s=backoff_s,
+                                fallback="requests get the neutral key (recency order)")
         self.tokenizer = tokenizer if tokenizer is not None else encoder_tokenizer(model)
         self.clock = clock
         self._count = functools.lru_cache(maxsize=_COUNTED_TEXTS)(functools.partial(token_count, self.tokenizer))
         self._count("warm up")  # the tokenizer's first call is slow
         self.counts = dict.fromkeys(COUNTERS, 0)
-        self._down_until = -math.inf
         self._said_one_turn = False
 
     def text_of(self, req) -> str | None:
@@ -170,7 +169,7 @@ class RequestPredictor:
 
     def probability(self, req) -> float | None:
         started = self.clock()
-        if started < self._down_until:
+        if self._backoff.shut(started):
             self.counts["lpc_requests_backed_off"] += 1
             return None
         try:
@@ -182,18 +181,13 @@ class RequestPredictor:
                 raise ValueError(f"probability {p} outside [0, 1]")
         except Exception as err:  # noqa: BLE001 - whatever breaks, serve on with the prior
             self.counts["lpc_prediction_failures"] += 1
-            self._back_off(started, f"failed ({type(err).__name__}: {err})")
+            ended = self.clock()
+            self._backoff.failed(ended, ended - started, f"{type(err).__name__}: {err}")
             return None
-        elapsed = self.clock() - started
-        self.counts["lpc_predict_seconds"] += elapsed
-        if elapsed > self.budget_s:
-            self._back_off(started, f"took {elapsed * 1e3:.1f} ms (budget {self.budget_s * 1e3:g} ms)")
+        ended = self.clock()
+        self.counts["lpc_predict_seconds"] += ended - started
+        self._backoff.answered(ended, ended - started)
         return p
-
-    def _back_off(self, started: float, what: str) -> None:
-        self._down_until = started + self.backoff_s
-        log.warning("lcr lpc: prediction %s; requests get the neutral key (recency order) for %g s",
-                    what, self.backoff_s)
 
 
 class ServingLPC(LPC):
