@@ -12,7 +12,6 @@ words, so two sessions with the same opening (a shared system prompt) share bloc
 """
 from __future__ import annotations
 
-import json
 import zlib
 from pathlib import Path
 
@@ -20,30 +19,19 @@ import numpy as np
 
 from lcr.errors import LcrInputError
 from lcr.kv.requests import BlockRequest, BlockWorkload
+from lcr.sharegpt import read_records
 
 CHAT_BLOCK_TOKENS = 32
 
 
 def read_sessions(path: str | Path, limit: int | None = None) -> list[list[str]]:
-    """Conversations as lists of message texts (only those starting with a user turn)."""
+    """Records as lists of message texts (only those starting with a user turn)."""
     sessions = []
-    try:
-        f = open(path, encoding="utf-8")
-    except OSError as err:
-        raise LcrInputError(f"{path}: cannot read ({err.strerror})") from None
-    with f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                turns = json.loads(line)["conversations"]
-                texts = [(t["from"], str(t["value"])) for t in turns]
-            except (ValueError, KeyError, TypeError) as err:
-                raise LcrInputError(f"{path}:{number}: not a ShareGPT conversation ({err})") from None
-            if texts and texts[0][0] == "human":
-                sessions.append([text for _, text in texts])
-            if limit is not None and len(sessions) >= limit:
-                break
+    for _, _, messages in read_records(path):
+        if messages and messages[0]["from"] == "human":
+            sessions.append([m["value"] for m in messages])
+        if limit is not None and len(sessions) >= limit:
+            break
     return sessions
 
 

@@ -9,11 +9,10 @@ Assistant text before the first human message has no prompt and is dropped.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from lcr.errors import LcrInputError
+from lcr.sharegpt import read_records
 
 
 @dataclass(frozen=True)
@@ -42,28 +41,9 @@ def _base_and_chunk(record_id: str) -> tuple[str, int]:
 def load_conversations(path: str | Path, limit: int | None = None) -> list[Conversation]:
     """Conversations of a ShareGPT JSONL file, in order of first appearance; those
     without a user turn are skipped. ``limit`` keeps the first N conversations."""
-    path = Path(path)
     chunks: dict[str, list[tuple[int, list[dict]]]] = {}
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as err:
-        raise LcrInputError(f"cannot read chats: {err.strerror}", source=str(path)) from None
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        where = dict(source=str(path), line=number)
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise LcrInputError(f"malformed JSON ({err.msg})", **where) from None
-        if not isinstance(record, dict) or not isinstance(record.get("conversations"), list):
-            raise LcrInputError("field 'conversations': expected a list of messages", **where)
-        messages = record["conversations"]
-        for m in messages:
-            if not isinstance(m, dict) or not isinstance(m.get("value"), str) or "from" not in m:
-                raise LcrInputError("field 'conversations': each message needs 'from' and a "
-                                    "string 'value'", **where)
-        base, chunk = _base_and_chunk(str(record.get("id", number)))
+    for _, record_id, messages in read_records(path):
+        base, chunk = _base_and_chunk(record_id)
         chunks.setdefault(base, []).append((chunk, messages))
     out = []
     for base, parts in chunks.items():
