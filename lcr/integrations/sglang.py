@@ -310,6 +310,11 @@ class PolicyFullComponent(FullComponent):
         self.driver.begin_eviction()
 
     def _evict_device_next_node(self, tracker, device_frees, host_frees, cache_actions):
+        return self.next_victim(tracker)
+
+    def next_victim(self, tracker) -> int | None:
+        """The next victim's node id, or None when enough is evicted or none is
+        evictable. Selecting frees nothing (the leaf's eviction does)."""
         leaves = self.tree_core.evictable_device_leaves
         if tracker[self.component_type] >= self._evict_device_request_cnt or not leaves:
             return None
@@ -388,6 +393,18 @@ class PolicyRadixCache(UnifiedRadixCache):
     def advance_unpublished_req(self, req) -> None:
         with self.driver.inserting_for(req):
             super().advance_unpublished_req(req)
+
+    def _evict_device_next_node(self, component_type, tracker):
+        """The walk's next victim. SGLang's step wraps each selection in a result of
+        frees, tracker deltas and cache actions for the caller to drain; selecting a
+        FULL victim here produces none of them, so the victim is asked for directly
+        (an eviction pass makes one such step per victim, plus one that ends it)."""
+        component = self.tree_core.components_by_type[component_type]
+        if not isinstance(component, PolicyFullComponent):
+            return super()._evict_device_next_node(component_type, tracker)
+        assert component.is_evict_device_ongoing, "FULL device eviction not started"
+        node_id = component.next_victim(tracker)
+        return node_id, node_id is not None
 
     def _evict(self, params, *args, **kwargs):
         started = time.perf_counter()
