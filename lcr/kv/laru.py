@@ -297,9 +297,10 @@ class LARURules(_Predictive):
 
     def _start_phase(self):
         self._started = True
-        self.old = set(self.last_access)
+        # O, the nodes cached at the phase start, ends a phase="nodes" phase only
+        self.old = set(self.last_access) if self.phase == "nodes" else set()
         self.phase_tokens, self._phase_seen = 0, set()
-        self.k = self.fixed_k or max(1, len(self.old))
+        self.k = self.fixed_k or max(1, len(self.last_access))
         if self.confidence == "phase":
             self.lam = 1.0
         elif self.confidence == "earned" or self._guarded:  # balance sets its window elsewhere
