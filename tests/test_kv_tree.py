@@ -249,16 +249,22 @@ def test_workload_rejects_flat_traces():
 
 def test_node_features_follow_real_accesses():
     from lcr.kv.features import HISTORY, WIDTH
-    from lcr.kv.predictors import RecentIntervalsPredictor
+    from lcr.kv.predictors import FeaturePredictor, RecentIntervalsPredictor
+
+    class Full(FeaturePredictor):  # every feature, EDCs included
+        predict = RecentIntervalsPredictor.predict
 
     w = workload([1, 2], [1, 3], [1, 2], [4])
-    predictor = RecentIntervalsPredictor()
+    predictor, full = RecentIntervalsPredictor(), Full()
     serve_all(w, 1000, LARU(predictor))
-    f = predictor.features
+    serve_all(w, 1000, LARU(full))
     shared, branch = w.requests[0].paths[0], w.requests[0].paths[1]
-    assert f.last[shared] == 2 and f.intervals[shared] == [1, 1]
-    assert f.depth[shared] == 10 and f.depth[branch] == 20  # tokens from the root
-    rows = f.matrix([shared, branch, 999], now=3)
+    for f in (predictor.features, full.features):
+        assert f.last[shared] == 2 and f.intervals[shared] == [1, 1]
+        assert f.depth[shared] == 10 and f.depth[branch] == 20  # tokens from the root
+    with pytest.raises(ValueError, match="no EDCs"):
+        predictor.features.matrix([shared], now=3)  # the estimate's features keep none
+    rows = full.features.matrix([shared, branch, 999], now=3)
     assert rows.shape == (3, WIDTH)
     assert list(rows[0, :2]) == [1, 1] and rows[1, 0] == 2  # newest interval first
     assert rows[0, HISTORY] > rows[1, HISTORY] > 0  # more recent, more frequent: larger EDC

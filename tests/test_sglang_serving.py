@@ -182,19 +182,24 @@ def test_a_pass_keys_each_leaf_once_and_builds_no_sglang_heap(monkeypatch):
     assert max(calls.values()) == 1  # each node keyed once in the pass, not once per victim
 
 
-def test_laru_fills_its_window_once_per_pass_not_once_per_victim(monkeypatch):
-    # The driver answers parent_key, so LARU tops its window up with the victim's parent
-    # instead of walking every leaf again at each pick (its decisions are the same:
-    # test_kv_sglang compares them with lcr's tree).
+def test_laru_predicts_each_leaf_once_per_pass_not_once_per_victim(monkeypatch):
+    # Within a pass ``now`` does not move, so a prediction stays exact: the window of
+    # every later pick asks only about its newcomers (a victim's parent), one batch each
+    # (its decisions are the same: test_kv_sglang compares them with lcr's tree).
     from lcr.kv.laru import LARU
 
-    fills = Counter()
-    fill = LARU._fill_window
-    monkeypatch.setattr(LARU, "_fill_window", lambda self, leaves: fills.update(["fill"]) or fill(self, leaves))
+    asked = []  # (pass, keys) of every predictor call
+    predict = LARU.predict
+    monkeypatch.setattr(LARU, "predict", lambda self, keys, now: asked.append(
+        (self.view.eviction_passes, list(keys))) or predict(self, keys, now))
     w, capacity, policy, cache, allocator = served_laru()
     m = cache.driver.metrics()
     assert m["evictions"] > m["eviction_passes"]  # some passes have several victims
-    assert 0 < fills["fill"] <= m["eviction_passes"]
+    per_pass = Counter()
+    for done, keys in asked:
+        per_pass.update((done, key) for key in keys)
+    assert per_pass and max(per_pass.values()) == 1
+    assert len({done for done, _ in asked}) < len(asked)  # some passes asked again, for newcomers only
 
 
 def test_the_metric_covers_whole_passes():

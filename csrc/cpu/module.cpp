@@ -26,4 +26,6 @@ PYBIND11_MODULE(_native, m) {
     lcr::register_forest(m);
     lcr::register_key_slots(m);
     lcr::register_stamp_order(m);
+    lcr::register_leaf_window(m);
+    lcr::register_prefix_keys(m);
 }

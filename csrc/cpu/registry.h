@@ -27,4 +27,6 @@ void register_forest(pybind11::module_& m);
 void register_key_slots(pybind11::module_& m);
 // The radix-cache policies' recency order (lcr.kv.policies).
 void register_stamp_order(pybind11::module_& m);
+void register_leaf_window(pybind11::module_& m);
+void register_prefix_keys(pybind11::module_& m);
 }  // namespace lcr

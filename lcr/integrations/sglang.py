@@ -27,6 +27,7 @@ from sglang.srt.mem_cache.unified_cache.tree_core_registry import (register_tree
 from sglang.srt.mem_cache.unified_cache.unified_tree_core import UnifiedTreeCore
 from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 
+from lcr._native import prefix_keys
 from lcr.integrations.sglang_config import PolicyConfig, build_policy
 from lcr.kv.policies import CacheView, LeafPolicy
 
@@ -45,20 +46,19 @@ def prefix_key(parent_key: int, first_tokens) -> int:
 def request_blocks(token_ids, page_size: int, sim_keys: bool) -> tuple[list[int], list[int]]:
     """A request as blocks (ids, tokens), root first, for policies that keep a shadow
     cache (``LeafPolicy.wants_requests``). Simulation mode: each run of one token value
-    is a block and the value its path id; serving mode: a page each, named by a hash of
-    the prefix through it (one hash per page)."""
+    is a block and the value its path id; serving mode: a page each, named by a hash
+    chain over every token through it (``lcr._native.prefix_keys``: one call, not a
+    Python hash per page; the shadow's names need not be the driver's node keys)."""
     paths, tokens = [], []
     if sim_keys:
         for value, run in itertools.groupby(token_ids):
             paths.append(int(value))
             tokens.append(sum(1 for _ in run))
         return paths, tokens
-    key = 0
-    for start in range(0, len(token_ids), page_size):
-        page = token_ids[start:start + page_size]
-        key = prefix_key(key, page)  # the rule that names serving-mode nodes
-        paths.append(key)
-        tokens.append(len(page))
+    paths = prefix_keys(token_ids, page_size)
+    tokens = [page_size] * len(paths)
+    if len(token_ids) % page_size:
+        tokens[-1] = len(token_ids) % page_size
     return paths, tokens
 
 
@@ -70,8 +70,6 @@ def first_token_key(node) -> int:
 
 class PolicyDriver(CacheView):
     """Feeds one ``LeafPolicy`` from SGLang's tree and counts what it did."""
-
-    knows_parents = True  # parent_key answers for the pass's leaves: LARU keeps its window
 
     def __init__(self, policy: LeafPolicy, *, capacity_tokens: int, page_size: int = 1,
                  sim_keys: bool = False):
@@ -119,12 +117,6 @@ class PolicyDriver(CacheView):
     def tokens_of(self, keys):
         keys = set(keys)
         return sum(len(n.key) for n in self._cached_nodes() if self.key_of(n) in keys)
-
-    def parent_key(self, key):
-        """Parent of a leaf of the current eviction pass (what policies ask about)."""
-        node = self._pass_leaves.get(key) if self._pass_leaves is not None else None
-        parent = node.parent if node is not None else None
-        return None if parent is None or parent is self.tree_core.root_node else self.key_of(parent)
 
     def _cached_nodes(self):
         stack, root = list(self.tree_core.root_node.children.values()), self.tree_core.root_node
@@ -310,6 +302,11 @@ class PolicyFullComponent(FullComponent):
         self.driver.begin_eviction()
 
     def _evict_device_next_node(self, tracker, device_frees, host_frees, cache_actions):
+        return self.next_victim(tracker)
+
+    def next_victim(self, tracker) -> int | None:
+        """The next victim's node id, or None when enough is evicted or none is
+        evictable. Selecting frees nothing (the leaf's eviction does)."""
         leaves = self.tree_core.evictable_device_leaves
         if tracker[self.component_type] >= self._evict_device_request_cnt or not leaves:
             return None
@@ -388,6 +385,18 @@ class PolicyRadixCache(UnifiedRadixCache):
     def advance_unpublished_req(self, req) -> None:
         with self.driver.inserting_for(req):
             super().advance_unpublished_req(req)
+
+    def _evict_device_next_node(self, component_type, tracker):
+        """The walk's next victim. SGLang's step wraps each selection in a result of
+        frees, tracker deltas and cache actions for the caller to drain; selecting a
+        FULL victim here produces none of them, so the victim is asked for directly
+        (an eviction pass makes one such step per victim, plus one that ends it)."""
+        component = self.tree_core.components_by_type[component_type]
+        if not isinstance(component, PolicyFullComponent):
+            return super()._evict_device_next_node(component_type, tracker)
+        assert component.is_evict_device_ongoing, "FULL device eviction not started"
+        node_id = component.next_victim(tracker)
+        return node_id, node_id is not None
 
     def _evict(self, params, *args, **kwargs):
         started = time.perf_counter()

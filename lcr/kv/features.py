@@ -5,7 +5,9 @@ counters (EDCs) with half-lives 1, 2, 4, ... 512 time units, and the tokens from
 root to the node's end (its position in the prompt). Engines feed it real accesses
 only; ``matrix`` gives one row per key for a batch prediction. A key's history outlives
 its eviction (a prefix that comes back is the case that matters), up to ``max_keys``
-keys, beyond which the least recently seen key is dropped.
+keys, beyond which the least recently seen key is dropped. ``edcs=False`` keeps only
+the intervals and depths (what the recent-intervals estimate reads): an EDC update
+costs ten exponentials per access, paid in the serving scheduler's access hooks.
 """
 from __future__ import annotations
 
@@ -20,8 +22,9 @@ WIDTH = HISTORY + len(HALF_LIVES) + 1
 
 
 class NodeFeatures:
-    def __init__(self, max_keys: int = 1 << 20):
+    def __init__(self, max_keys: int = 1 << 20, edcs: bool = True):
         self.max_keys = max_keys
+        self.edcs = edcs
         self.last: dict[int, int] = {}  # insertion order = least recently seen first
         self.intervals: dict[int, list[int]] = {}
         self._edc: dict[int, list[float]] = {}
@@ -32,14 +35,14 @@ class NodeFeatures:
         last = self.last.get(key)
         if last == now:
             return  # one request touches a node once
-        edc = self._edc.get(key)
-        if last is None:
-            self._edc[key] = [1.0] * len(HALF_LIVES)
-        else:
+        if last is not None:
             gaps = self.intervals.setdefault(key, [])
             gaps.append(now - last)
             del gaps[:-HISTORY]
-            self._edc[key] = [1.0 + c * math.exp(-d * (now - last)) for c, d in zip(edc, self._decay)]
+        if self.edcs:
+            edc = self._edc.get(key)
+            self._edc[key] = [1.0] * len(HALF_LIVES) if edc is None else \
+                [1.0 + c * math.exp(-d * (now - last)) for c, d in zip(edc, self._decay)]
         self.last.pop(key, None)
         self.last[key] = now
         if tokens_from_root is not None:
@@ -51,7 +54,8 @@ class NodeFeatures:
         """A node was cut in two: its lower part keeps the node's history and depth."""
         if key in self.last:
             self.last[lower_key] = self.last[key]
-            self._edc[lower_key] = list(self._edc[key])
+            if self.edcs:
+                self._edc[lower_key] = list(self._edc[key])
             self.intervals[lower_key] = list(self.intervals.get(key, []))
         if key in self.depth:
             self.depth[lower_key] = self.depth[key]
@@ -62,6 +66,8 @@ class NodeFeatures:
 
     def matrix(self, keys: Sequence[int], now: int) -> np.ndarray:
         """Rows of [intervals (newest first, NaN-padded), EDCs decayed to ``now``, depth]."""
+        if not self.edcs:
+            raise ValueError("these node features keep no EDCs (edcs=False)")
         out = np.full((len(keys), WIDTH), np.nan)
         for row, key in enumerate(keys):
             last = self.last.get(key)

@@ -49,21 +49,19 @@ Rules (each measured in docs/kv.md; the options name the alternatives tried):
 * Only evictions a prediction decided (victim other than the oldest candidate) are
   recorded and counted as prediction-driven.
 
-The window is kept incrementally within an eviction round: predictions are asked once
-for the round's window (one batch; ``now`` does not move within a round, so they stay
-exact), the largest prediction comes off a heap, and the window is topped up from the
-recency order, or with the victim's parent when it becomes an older leaf than the
-window's youngest. A pick costs O(log n) besides predicting newcomers.
-``lcr.kv.spec.LARUSpec`` makes the same decisions by sorting; tests compare the two.
+Within an eviction round each key is predicted once (one batch for the round's first
+window, then only newcomers, such as a victim's parent; ``now`` does not move within a
+round, so the predictions stay exact). The window itself is found in C++
+(``lcr._native.leaf_window``): a scan of the evictable leaves, O(leaves) per pick.
+``lcr.kv.spec.LARUSpec`` makes the same decisions by sorting in Python; tests compare
+the two victim by victim.
 Not thread-safe: one engine thread drives a policy.
 """
 from __future__ import annotations
 
-import bisect
-import heapq
 import math
 
-from lcr._native import StampOrder
+from lcr._native import StampOrder, leaf_window
 from lcr.kv.policies import _Predictive, as_container, restamp
 from lcr.kv.reuse import LRUBalance
 from lcr.policies.predictions import NextAccessPredictor
@@ -234,7 +232,6 @@ class LARURules(_Predictive):
             self._lru_budget = max(0, self._lru_budget - 1)
             victim = self.oldest(leaves)
             self.stats.lru_evictions += 1
-            self.round_evicts(victim)
             return victim
         victim, oldest = self.window_choice(leaves, now)
         victim = self.count(victim, oldest)
@@ -242,14 +239,10 @@ class LARURules(_Predictive):
             self.evicted_by_prediction[victim] = now
             if len(self.evicted_by_prediction) > 4 * len(self.last_access) + 1024:
                 del self.evicted_by_prediction[next(iter(self.evicted_by_prediction))]  # oldest
-        self.round_evicts(victim)
         return victim
 
     def begin_round(self, now: int) -> None:
-        """An eviction round starts (the window is rebuilt lazily at its first pick)."""
-
-    def round_evicts(self, victim: int) -> None:
-        """``victim`` is about to be evicted in this round."""
+        """An eviction round starts; k and lambda are settled, so is the window size."""
 
     def window_choice(self, leaves, now) -> tuple[int | None, int]:
         """(the window's leaf with the largest prediction or None to follow LRU, the
@@ -304,9 +297,10 @@ class LARURules(_Predictive):
 
     def _start_phase(self):
         self._started = True
-        self.old = set(self.last_access)
+        # O, the nodes cached at the phase start, ends a phase="nodes" phase only
+        self.old = set(self.last_access) if self.phase == "nodes" else set()
         self.phase_tokens, self._phase_seen = 0, set()
-        self.k = self.fixed_k or max(1, len(self.old))
+        self.k = self.fixed_k or max(1, len(self.last_access))
         if self.confidence == "phase":
             self.lam = 1.0
         elif self.confidence == "earned" or self._guarded:  # balance sets its window elsewhere
@@ -330,107 +324,35 @@ class LARURules(_Predictive):
 
 
 class LARU(LARURules):
-    """LARU with the window kept incrementally (see the module docstring).
+    """LARU with the window found in one native call per pick (see the module docstring).
 
-    The window is a plain list of (last access, key), oldest first, kept sorted by
-    bisection: a round only removes its victims, appends younger leaves and inserts a
-    victim's parent, so list moves (C memmove) beat a tree's bookkeeping at any window
-    size a pass sees; the first pick of a round heapifies its predictions in one go."""
+    ``lcr._native.leaf_window`` scans the evictable leaves for the l oldest, names the
+    ones not predicted yet this round and picks the largest prediction; the newcomers
+    are predicted in one batch and the call repeated. A pass inside SGLang evicts a few
+    of a few dozen leaves, so a scan in C++ costs less than keeping a window in Python."""
 
     def __init__(self, predictor: NextAccessPredictor, **options):
         super().__init__(predictor, **options)
-        self._ready = False
-        self._members: list[tuple[int, int]] = []  # (last access, key) of the window, sorted
-        self._in_window: set[int] = set()
-        self._heap: list[tuple[float, int, int]] = []  # (-rank, last access, key)
-        self._hint: int | None = None  # the last victim's parent: it may become a leaf
         self._l = 1
         self._now = 0
-        self._failed = False
+        self._failed = False  # the predictor failed this round: the rest of it follows LRU
         self._predicted: set[int] = set()  # keys predicted in this round
 
     def begin_round(self, now):
-        self._ready = False
+        self._l = self.window
         self._now = now
-        self._predicted: set[int] = set()  # keys predicted in this round
+        self._failed = False
+        self._predicted = set()
 
     def window_choice(self, leaves, now):
-        if not self._ready:
-            self._fill_window(leaves)
-        else:
-            self._update_window(leaves)
-        members = self._members
-        if not members:
-            return None, self.oldest(leaves)
-        oldest = members[0][1]
-        if len(members) == 1 or self._failed:
+        stamps, predicted, ranks = self.last_access, self._predicted, self.table.predictions
+        victim, oldest, fresh = leaf_window(leaves, stamps, self._l, predicted, ranks)
+        if self._failed:
             return None, oldest
-        heap, inside = self._heap, self._in_window
-        while heap[0][2] not in inside:
-            heapq.heappop(heap)
-        return heap[0][2], oldest
-
-    def round_evicts(self, victim):
-        if victim in self._in_window:
-            self._in_window.discard(victim)
-            members = self._members
-            entry = (self.last_access.get(victim), victim)
-            i = bisect.bisect_left(members, entry)
-            if i < len(members) and members[i] == entry:
-                del members[i]
-        if self.view is not None and self.view.knows_parents:
-            self._hint = self.view.parent_key(victim)
-        else:
-            self._ready = False  # no parent hints: walk the window again at the next pick
-
-    def _fill_window(self, leaves):
-        self._l = self.window
-        self._members = self.oldest_leaves(leaves, self._l)  # oldest first: already sorted
-        self._in_window = {key for _, key in self._members}
-        self._heap = []
-        self._hint = None
-        self._failed = False if not self._predicted else self._failed
-        self._ready = True
-        self._add(self._members)
-
-    def _update_window(self, leaves):
-        members, new = self._members, []
-        hint, self._hint = self._hint, None
-        if hint is not None and members and hint in leaves and hint not in self._in_window:
-            entry = (self.last_access.get(hint, -1), hint)
-            if entry < members[-1]:  # younger ones are found by the top-up below
-                bisect.insort(members, entry)
-                self._in_window.add(hint)
-                new.append(entry)
-        while len(members) > self._l:
-            _, dropped = members.pop()
-            self._in_window.discard(dropped)
-        if len(members) < self._l:
-            after = members[-1] if members else None
-            more = self.oldest_leaves(leaves, self._l - len(members), after)
-            members.extend(more)  # all younger than the window's youngest
-            self._in_window.update(key for _, key in more)
-            new.extend(more)
-        new = [e for e in new if e[1] in self._in_window]
-        if new:
-            self._add(new)
-
-    def _add(self, entries):
-        """Predict ``entries`` in one call and push them on the heap (a window of one
-        leaf needs no prediction: it is LRU's choice)."""
-        if self._l <= 1 or self._failed or not entries:
-            return
-        predicted = self._predicted
-        keys = [key for _, key in entries if key not in predicted]
-        if keys and not self.predict(keys, self._now):
-            self._failed = True  # the rest of this round follows LRU
-            return
-        predicted.update(keys)
-        heap = self._heap
-        ranks = self.table.ranks([key for _, key in entries])
-        if heap:
-            for (last, key), rank in zip(entries, ranks):
-                heapq.heappush(heap, (-rank, last, key))
-        else:
-            heap.extend([(-rank, last, key) for (last, key), rank in zip(entries, ranks)])
-            heapq.heapify(heap)
+        if fresh:
+            if not self.predict(fresh, self._now):
+                self._failed = True
+                return None, oldest
+            predicted.update(fresh)
+            victim, oldest, _ = leaf_window(leaves, stamps, self._l, predicted, ranks)
+        return victim, oldest

@@ -45,14 +45,6 @@ class CacheView(ABC):
     def tokens_of(self, keys: Iterable[int]) -> int:
         """Tokens held by the cached nodes among ``keys``."""
 
-    #: Whether ``parent_key`` answers; without it LARU rebuilds its window at every pick.
-    knows_parents: bool = False
-
-    def parent_key(self, key: int) -> int | None:
-        """Key of the cached parent of ``key`` (None: the root). Lets a policy learn,
-        without scanning, which node may become a leaf after an eviction."""
-        return None
-
 
 class LeafPolicy(ABC):
     """Base of every leaf policy: keeps each cached node's last access, and the nodes in

@@ -103,8 +103,8 @@ class FeaturePredictor(Predictor):
     """Base of in-process learned predictors: keeps ``NodeFeatures`` from real accesses
     (engines call ``observe_node`` with each node's tokens from the root)."""
 
-    def __init__(self):
-        self.features = NodeFeatures()
+    def __init__(self, edcs: bool = True):
+        self.features = NodeFeatures(edcs=edcs)
 
     def observe(self, key: int, t: int) -> None:
         self.features.observe(key, t)
@@ -121,6 +121,9 @@ class RecentIntervalsPredictor(FeaturePredictor):
     has been seen twice: unknown reuse ranks first for eviction)."""
 
     name = "intervals"
+
+    def __init__(self):
+        super().__init__(edcs=False)  # the estimate reads only the intervals
 
     def predict(self, keys: Sequence[int], now: int) -> list[float]:
         return recent_interval_estimate(self.features, keys)
@@ -157,7 +160,7 @@ class LearnedNodePredictor(FeaturePredictor):
 
     def __init__(self, seed: int = 0, background: bool = True, first_fit: int = 600,
                  retrain_every: int = 5_000, objective: str = "regression", rank: str = "time"):
-        super().__init__()
+        super().__init__(edcs=False)  # its own features serve the estimate until the first fit
         if first_fit < 2 or retrain_every < 1:
             raise LcrInputError("learned predictor: first_fit must be >= 2 and retrain_every >= 1")
         # The first fit needs only a few hundred ripe labels: half the observations it waits for.

@@ -48,13 +48,6 @@ class RadixTree(CacheView):
         nodes = self.nodes
         return sum(nodes[k].size for k in keys if k in nodes)
 
-    knows_parents = True
-
-    def parent_key(self, key):
-        node = self.nodes.get(key)
-        parent = node.parent if node is not None else None
-        return None if parent is None or parent is self.root else parent.key
-
     # Serving
     def serve(self, request: BlockRequest, now: int) -> int:
         """Serve one request at time ``now``; return its cached (hit) tokens."""
@@ -95,10 +88,13 @@ class RadixTree(CacheView):
             child = node.children.get(paths[i])
             if child is None:
                 break
-            common = 1
             limit = min(len(child.paths), len(paths) - i)
-            while common < limit and child.paths[common] == paths[i + common]:
-                common += 1
+            if child.paths[:limit] == paths[i:i + limit]:  # most often: one C-level compare
+                common = limit
+            else:
+                common = 1
+                while child.paths[common] == paths[i + common]:
+                    common += 1
             if common < len(child.paths):
                 child = self._split(child, common)
             node, i = child, i + common

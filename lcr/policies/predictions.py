@@ -50,6 +50,11 @@ class PredictionTable:
         if self.mode == "sync":
             self._refresh(candidates, t)
 
+    @property
+    def predictions(self) -> dict[int, float]:
+        """key -> rank of every predicted key (read-only; ``rank``'s default applies)."""
+        return self._predicted
+
     def rank(self, key: int) -> float:
         """Eviction rank of ``key``: the largest rank is evicted first."""
         return self._predicted.get(key, math.inf)
