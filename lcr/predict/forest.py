@@ -8,8 +8,10 @@ from __future__ import annotations
 _MISSING = {"None": 0, "Zero": 1, "NaN": 2}
 
 
-def compile_booster(booster, num_features: int):
-    """A native forest equal to ``booster.predict`` (raw regression output), or None."""
+def compile_booster(booster, num_features: int, method: str = "auto"):
+    """A native forest equal to ``booster.predict`` (raw regression output), or None.
+
+    ``method``: how the native forest evaluates (``lcr._native.Forest``); tests pin one."""
     from lcr import _native
 
     model = booster.dump_model()
@@ -39,7 +41,7 @@ def compile_booster(booster, num_features: int):
         roots = [flatten(info["tree_structure"]) for info in model["tree_info"]]
     except _Unsupported:
         return None
-    return _native.Forest(leaf_value=leaves, roots=roots, num_features=num_features, **nodes)
+    return _native.Forest(leaf_value=leaves, roots=roots, num_features=num_features, method=method, **nodes)
 
 
 class _Unsupported(Exception):
