@@ -378,7 +378,16 @@ public:
         const double* data = rows.data();
         double* result = out.mutable_data();
         py::gil_scoped_release release;
-        evaluate(data, picked, n, result, threads);
+        if (!picked) {
+            evaluate(data, nullptr, n, result, threads);
+            return out;
+        }
+        const std::vector<int64_t> order = ascending_order(picked, n, rows.shape(0));
+        std::vector<int64_t> ascending(n);
+        for (int64_t j = 0; j < n; ++j) ascending[j] = picked[order[j]];
+        std::vector<double> sums(n);
+        evaluate(data, ascending.data(), n, sums.data(), threads);
+        for (int64_t j = 0; j < n; ++j) result[order[j]] = sums[j];
         return out;
     }
 
@@ -404,10 +413,9 @@ public:
         double* known = memo ? memo->mutable_data() : nullptr;
         const double* data = rows.data();
         py::gil_scoped_release release;
-        // The rows to evaluate, then their answers in place of the rest.
-        std::vector<int64_t> todo, todo_slots;
+        // Answer unknown keys and memoised rows now; evaluate the others in row order.
+        std::vector<int64_t> todo;
         todo.reserve(n);
-        todo_slots.reserve(n);
         for (int64_t i = 0; i < n; ++i) {
             if (slot[i] < 0) {
                 result[i] = std::numeric_limits<double>::quiet_NaN();
@@ -415,15 +423,19 @@ public:
                 result[i] = rule.place(known[slot[i]], last[slot[i]]);
             } else {
                 todo.push_back(i);
-                todo_slots.push_back(slot[i]);
             }
         }
-        std::vector<double> raw(todo.size());
-        evaluate(data, todo_slots.data(), static_cast<int64_t>(todo.size()), raw.data(), threads);
-        for (size_t j = 0; j < todo.size(); ++j) {
+        const auto count = static_cast<int64_t>(todo.size());
+        std::vector<int64_t> ascending(count);
+        for (int64_t j = 0; j < count; ++j) ascending[j] = slot[todo[j]];
+        const std::vector<int64_t> order = ascending_order(ascending.data(), count, available);
+        for (int64_t j = 0; j < count; ++j) ascending[j] = slot[todo[order[j]]];
+        std::vector<double> raw(count);
+        evaluate(data, ascending.data(), count, raw.data(), threads);
+        for (int64_t j = 0; j < count; ++j) {
             const double offset = rule.offset(raw[j]);
-            if (known) known[todo_slots[j]] = offset;
-            result[todo[j]] = rule.place(offset, last[todo_slots[j]]);
+            if (known) known[ascending[j]] = offset;
+            result[todo[order[j]]] = rule.place(offset, last[ascending[j]]);
         }
         return out;
     }
@@ -435,6 +447,7 @@ public:
 
 private:
     static constexpr int64_t kPrefetchAhead = 8;  // rows; 4..64 measured alike
+    static constexpr int64_t kSortFrom = 1024;    // rows picked; fewer fit the caches anyway
     static constexpr int kCacheLine = 64;
 
     void check_rows(const Rows& rows) const {
@@ -444,7 +457,8 @@ private:
         }
     }
 
-    // Sums of the trees' leaves of rows picked[0..n-1] of data (rows 0..n-1 when picked is null).
+    // Sums of the trees' leaves of rows picked[0..n-1] of data (rows 0..n-1 when picked is
+    // null). Picked rows are best given in ascending order (see ascending_order).
     void evaluate(const double* data, const int64_t* picked, int64_t n, double* result, int threads) const {
         auto row_at = [&](int64_t r) { return data + (picked ? picked[r] : r) * num_features_; };
         auto evaluate_share = [&](int64_t begin, int64_t end) {
@@ -464,6 +478,26 @@ private:
         for (int64_t w = 1; w < workers; ++w) pool.emplace_back(evaluate_share, n * w / workers, n * (w + 1) / workers);
         evaluate_share(0, n / workers);
         for (auto& worker : pool) worker.join();
+    }
+
+    // Positions of picked[0..n-1] (rows < available) by ascending row, near enough: a
+    // counting sort on the rows' top bits, about one bucket per row picked. Rows picked at
+    // random from a matrix larger than the caches cost a memory miss each; visited in
+    // order they stream (measured: 25k of 65k rows of 26 features, 6.5 -> 3.2 ms on a
+    // loaded machine). Small batches keep their order: their rows fit the caches anyway.
+    static std::vector<int64_t> ascending_order(const int64_t* picked, int64_t n, int64_t available) {
+        std::vector<int64_t> order(n);
+        if (n < kSortFrom) {
+            std::iota(order.begin(), order.end(), 0);
+            return order;
+        }
+        int shift = 0;
+        while ((available >> shift) > 2 * n) ++shift;
+        std::vector<uint32_t> start(static_cast<size_t>((available >> shift) + 2), 0);
+        for (int64_t i = 0; i < n; ++i) ++start[(picked[i] >> shift) + 1];
+        std::partial_sum(start.begin(), start.end(), start.begin());
+        for (int64_t i = 0; i < n; ++i) order[start[picked[i] >> shift]++] = i;
+        return order;
     }
 
     // Every cache line of one row (a row need not start on a line).
