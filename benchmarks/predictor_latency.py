@@ -3,9 +3,10 @@
     nice -n 5 python benchmarks/predictor_latency.py [--quick]
 
 Targets (issues 4 and 11): predict 25,000 keys <= 2 ms median (stretch 1 ms), end to end
-(``LightGBMPredictor.predict``: key lookup, the native forest reading each key's feature
-row in place, the answer mapping), beside LightGBM's own ``Booster.predict`` on the same
-rows (already gathered) in the same run. Models: the belady classifier with the
+(``LightGBMPredictor.predict``: key lookup, then one native pass: the forest reading each
+key's feature row in place, in row order, and the answer rule), beside LightGBM's own
+``Booster.predict`` on the same rows (already gathered) and the forest's previous
+evaluation (``walk``, tree by tree) in the same run. Models: the belady classifier with the
 ``probability`` rank that LARU's best learned_gap variant uses, the regression model, both
 over the full layout (16 deltas, 8 EDCs, count, age), and the paper's DLRM ``compact``
 layout (time, key, count, last interval). Retrain on 25,000 samples <= 100 ms (regression
@@ -29,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from lcr.predict.features import FeatureConfig
+from lcr.predict.forest import compile_booster
 from lcr.predict.lightgbm_model import LightGBMConfig, LightGBMPredictor
 from lcr.predict.wire import encode_observations
 from lcr.sim.report import machine_description
@@ -92,6 +94,9 @@ def bench_predict(repeats: int) -> dict:
         out[f"predict_25k_{name}_native_forest_rows"] = timed(lambda: forest.predict(rows), repeats)
         out[f"predict_25k_{name}_native_forest_in_place"] = timed(
             lambda: forest.predict(model.features.matrix, slots), repeats)
+        walk = compile_booster(booster, model.features.width, "walk")
+        out[f"predict_25k_{name}_native_walk_in_place"] = timed(
+            lambda: walk.predict(model.features.matrix, slots), repeats)
         out[f"predict_25k_{name}_key_lookup"] = timed(lambda: model.features.slots(keys), repeats)
         # Memoised (the default): the first call after a fit predicts every key, later
         # calls only keys observed since.
