@@ -425,6 +425,24 @@ def test_native_forest_takes_masks_while_they_fit_and_walks_otherwise(leaves, tr
             compile_booster(booster, X.shape[1], "masks")
 
 
+def test_native_forest_reads_single_leaf_trees_and_refuses_categorical_splits():
+    import lightgbm
+
+    from lcr.predict.forest import compile_booster
+
+    rng = np.random.default_rng(7)
+    X = rng.integers(0, 5, (400, 3)).astype(np.float64)
+    y = X[:, 0] + rng.random(len(X))
+    stump = lightgbm.train({"objective": "regression", "min_data_in_leaf": 300, "verbose": -1},
+                           lightgbm.Dataset(X, y), num_boost_round=3)
+    assert stump.dump_model()["tree_info"][0]["num_leaves"] == 1
+    for method in ("walk", "masks"):
+        assert np.array_equal(compile_booster(stump, 3, method).predict(X), stump.predict(X))
+    categorical = lightgbm.train({"objective": "regression", "min_data_in_leaf": 5, "verbose": -1},
+                                 lightgbm.Dataset(X, y, categorical_feature=[0]), num_boost_round=3)
+    assert compile_booster(categorical, 3) is None
+
+
 def test_answer_rule_is_the_documented_mapping():
     """The native answer rule (used by the batch answer and numpy callers alike) against the
     formulas in lcr.predict.lightgbm_model's docstring, written out in numpy."""
