@@ -1,11 +1,12 @@
 """Predictor latency: batch prediction, retraining, and a service round trip.
 
-    nice -n 5 python benchmarks/predictor_latency.py [--quick]
+    nice -n 5 python benchmarks/predictor_latency.py [--quick] [--no-service] [--evaluations | --fit-parts]
 
 Targets (issues 4 and 11): predict 25,000 keys <= 2 ms median (stretch 1 ms), end to end
-(``LightGBMPredictor.predict``: key lookup, the native forest reading each key's feature
-row in place, the answer mapping), beside LightGBM's own ``Booster.predict`` on the same
-rows (already gathered) in the same run. Models: the belady classifier with the
+(``LightGBMPredictor.predict``: key lookup, then one native pass: the forest reading each
+key's feature row in place, in row order, and the answer rule), beside LightGBM's own
+``Booster.predict`` on the same rows (already gathered) and the forest's previous
+evaluation (``walk``, tree by tree) in the same run. Models: the belady classifier with the
 ``probability`` rank that LARU's best learned_gap variant uses, the regression model, both
 over the full layout (16 deltas, 8 EDCs, count, age), and the paper's DLRM ``compact``
 layout (time, key, count, last interval). Retrain on 25,000 samples <= 100 ms (regression
@@ -29,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from lcr.predict.features import FeatureConfig
+from lcr.predict.forest import compile_booster
 from lcr.predict.lightgbm_model import LightGBMConfig, LightGBMPredictor
 from lcr.predict.wire import encode_observations
 from lcr.sim.report import machine_description
@@ -92,6 +94,9 @@ def bench_predict(repeats: int) -> dict:
         out[f"predict_25k_{name}_native_forest_rows"] = timed(lambda: forest.predict(rows), repeats)
         out[f"predict_25k_{name}_native_forest_in_place"] = timed(
             lambda: forest.predict(model.features.matrix, slots), repeats)
+        walk = compile_booster(booster, model.features.width, "walk")
+        out[f"predict_25k_{name}_native_walk_in_place"] = timed(
+            lambda: walk.predict(model.features.matrix, slots), repeats)
         out[f"predict_25k_{name}_key_lookup"] = timed(lambda: model.features.slots(keys), repeats)
         # Memoised (the default): the first call after a fit predicts every key, later
         # calls only keys observed since.
@@ -100,6 +105,36 @@ def bench_predict(repeats: int) -> dict:
             lambda: model.predict(keys, now), repeats,
             setup=lambda: model._memo.fill(np.nan))
         out[f"predict_25k_{name}_memoised"] = timed(lambda: model.predict(keys, now), repeats)
+    return out
+
+
+def bench_evaluations(repeats: int) -> dict:
+    """The forest over the same 25k scattered rows, each variant in turn within every
+    repeat (thread CPU ms, median and min): the tree-by-tree walk in the caller's order
+    (the previous code: batches below the size the forest sorts), the walk in row order,
+    the leaf masks in row order (now), and both on contiguous rows (compute only)."""
+    out = {}
+    for name, changes in PREDICT_MODELS:
+        config = LightGBMConfig(background=False, retrain_every=10**9, cache_predictions=False, **changes)
+        model = trained_model(config, 150_000, 60_000)
+        seen = np.fromiter(model.features._slot, dtype=np.int64)
+        slots = model.features.slots(np.random.default_rng(1).permutation(seen)[:25_000])
+        matrix, rows = model.features.matrix, model.features.rows(slots)
+        forest = {method: compile_booster(model._model.booster, model.features.width, method)
+                  for method in ("walk", "masks")}
+        chunks = [slots[i:i + 1000] for i in range(0, len(slots), 1000)]
+        variants = {"walk_callers_order": lambda: [forest["walk"].predict(matrix, c) for c in chunks],
+                    "walk_row_order": lambda: forest["walk"].predict(matrix, slots),
+                    "masks_row_order": lambda: forest["masks"].predict(matrix, slots),
+                    "walk_contiguous": lambda: forest["walk"].predict(rows),
+                    "masks_contiguous": lambda: forest["masks"].predict(rows)}
+        cpu = {variant: [] for variant in variants}
+        for _ in range(repeats):
+            for variant, fn in variants.items():
+                start = time.thread_time()
+                fn()
+                cpu[variant].append((time.thread_time() - start) * 1e3)
+        out[name] = {variant: (float(np.median(v)), min(v)) for variant, v in cpu.items()}
     return out
 
 
@@ -113,6 +148,32 @@ def bench_fit(repeats: int) -> dict:
         suffix = "" if objective == "regression" else "_belady"
         out[f"fit_samples{suffix}"] = len(y)
         out[f"fit_25k{suffix}"] = timed(lambda: model.fit_arrays(X, y, boundary), repeats)
+    return out
+
+
+def bench_fit_parts(repeats: int) -> dict:
+    """Where a retrain on 25k samples goes (thread CPU ms, median): LightGBM's Dataset
+    binning (with the training parameters, as ``lgb.train`` builds it), the boosting rounds
+    on a built Dataset, and compiling the booster to the native forest."""
+    import lightgbm
+
+    out = {}
+    for objective in ("regression", "belady"):
+        config = LightGBMConfig(background=False, retrain_every=10**9, window=120_000, objective=objective,
+                                capacity=2_000)
+        model = trained_model(config, 150_000, 20_000)
+        X, y, _ = model.training_set()
+        X, y = X[-25_000:], y[-25_000:]
+        params = config.lgb_params()
+        dataset_params = {"max_bin": config.max_bin, "bin_construct_sample_cnt": config.bin_sample, **params}
+        built = lightgbm.Dataset(X, y, params=dataset_params).construct()
+        booster = lightgbm.train(params, built, num_boost_round=config.num_trees, keep_training_booster=True)
+        parts = {"dataset": lambda: lightgbm.Dataset(X, y, params=dataset_params).construct(),
+                 "rounds": lambda: lightgbm.train(params, built, num_boost_round=config.num_trees,
+                                                  keep_training_booster=True),
+                 "compile": lambda: compile_booster(booster, X.shape[1])}
+        for part, fn in parts.items():
+            out[f"{objective}_{part}"] = timed(fn, repeats)["cpu_median"]
     return out
 
 
@@ -157,8 +218,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repeats")
     parser.add_argument("--no-service", action="store_true", help="skip the service round trip")
+    parser.add_argument("--evaluations", action="store_true",
+                        help="only compare the forest's evaluations and row orders (thread CPU ms, median (min))")
+    parser.add_argument("--fit-parts", action="store_true", help="only split a retrain into its parts")
     args = parser.parse_args()
     repeats = 7 if args.quick else 31
+    if args.fit_parts:
+        print(f"load average before {os.getloadavg()}")
+        for part, ms in bench_fit_parts(max(3, repeats // 3)).items():
+            print(f"{part:24s} {ms:8.2f} ms CPU")
+        print(f"load average after {os.getloadavg()}")
+        return
+    if args.evaluations:
+        print(f"load average before {os.getloadavg()}")
+        for name, variants in bench_evaluations(max(repeats, 41)).items():
+            print(name, "  ".join(f"{v}: {median:.2f} ({least:.2f})" for v, (median, least) in variants.items()))
+        print(f"load average after {os.getloadavg()}")
+        return
     load_before = os.getloadavg()
     results = {**bench_predict(repeats), **bench_fit(max(3, repeats // 3))}
     if not args.no_service:

@@ -332,9 +332,12 @@ def test_replayed_predictions_equal_querying_the_online_model_at_each_access():
     assert np.allclose(asked[~np.isnan(asked)], replayed[~np.isnan(replayed)], rtol=0, atol=1e-9)
 
 
+@pytest.mark.parametrize("method", ["walk", "masks"])
 @pytest.mark.parametrize("params", [{}, {"zero_as_missing": True}, {"use_missing": False}])
-def test_native_forest_equals_lightgbm_predict(params):
-    """The compiled forest must answer exactly what booster.predict does, NaN and 0 included."""
+def test_native_forest_equals_lightgbm_predict(params, method):
+    """The compiled forest must answer exactly what booster.predict does, NaN and 0 included,
+    by either evaluation; rows picked by index in any order (a large batch is visited in
+    row order and answered in the caller's)."""
     import lightgbm
 
     from lcr.predict.forest import compile_booster
@@ -346,12 +349,14 @@ def test_native_forest_equals_lightgbm_predict(params):
     y = np.nan_to_num(X[:, 0]) * 3 - np.nan_to_num(X[:, 4]) + rng.random(len(X))
     booster = lightgbm.train({"objective": "regression", "num_leaves": 15, "verbose": -1, "seed": 1, **params},
                              lightgbm.Dataset(X, y), num_boost_round=12)
-    forest = compile_booster(booster, X.shape[1])
+    forest = compile_booster(booster, X.shape[1], method)
+    assert forest.method == method
     expected = booster.predict(X)
     assert np.array_equal(forest.predict(X), expected)
     assert np.array_equal(forest.predict(X, None, 2), expected)
-    index = rng.integers(0, len(X), 500)
-    assert np.array_equal(forest.predict(X, index), expected[index])
+    for size in (500, 4000):  # below and above the size visited in row order
+        index = rng.integers(0, len(X), size)
+        assert np.array_equal(forest.predict(X, index), expected[index])
     with pytest.raises(ValueError, match="7 columns"):
         forest.predict(X[:, :3])
     with pytest.raises(IndexError, match="row index"):
@@ -391,10 +396,76 @@ def test_native_forest_equals_lightgbm_on_split_thresholds():
         booster = lightgbm.train({"objective": "regression", "num_leaves": 15, "verbose": -1, "num_threads": 1,
                                   **params}, lightgbm.Dataset(X, y), num_boost_round=8)
         probes = np.vstack([X, _rows_on_every_threshold(booster, X)])
-        assert np.array_equal(compile_booster(booster, 4).predict(probes), booster.predict(probes))
+        for method in ("walk", "masks"):
+            assert np.array_equal(compile_booster(booster, 4, method).predict(probes), booster.predict(probes))
 
 
-@pytest.mark.parametrize("objective,memo", [("regression", False), ("belady", True), ("belady", False)])
+@pytest.mark.parametrize("leaves,trees,method", [(31, 6, "masks"), (64, 3, "masks"), (15, 70, "walk"),
+                                                 (100, 2, "walk")])
+def test_native_forest_takes_masks_while_they_fit_and_walks_otherwise(leaves, trees, method):
+    """Leaf masks of 16, 32 and 64 bits per tree, up to 64 trees of 16 leaves; larger trees or
+    forests walk. Either way the answers are LightGBM's, on every split threshold too."""
+    import lightgbm
+
+    from lcr.predict.forest import compile_booster
+
+    rng = np.random.default_rng(6)
+    X = rng.integers(0, 40, (4000, 5)).astype(np.float64)
+    X[rng.random(X.shape) < 0.1] = np.nan
+    y = np.nan_to_num(X[:, 0]) * np.nan_to_num(X[:, 1], nan=3.0) + rng.random(len(X))
+    booster = lightgbm.train({"objective": "regression", "num_leaves": leaves, "min_data_in_leaf": 5,
+                              "verbose": -1, "num_threads": 1}, lightgbm.Dataset(X, y), num_boost_round=trees)
+    assert max(info["num_leaves"] for info in booster.dump_model()["tree_info"]) == leaves
+    forest = compile_booster(booster, X.shape[1])
+    assert forest.method == method
+    probes = np.vstack([X[:500], _rows_on_every_threshold(booster, X)])
+    assert np.array_equal(forest.predict(probes), booster.predict(probes))
+    if method == "walk":
+        with pytest.raises(ValueError, match="too many leaves or trees"):
+            compile_booster(booster, X.shape[1], "masks")
+
+
+def test_native_forest_reads_single_leaf_trees_and_refuses_categorical_splits():
+    import lightgbm
+
+    from lcr.predict.forest import compile_booster
+
+    rng = np.random.default_rng(7)
+    X = rng.integers(0, 5, (400, 3)).astype(np.float64)
+    y = X[:, 0] + rng.random(len(X))
+    stump = lightgbm.train({"objective": "regression", "min_data_in_leaf": 300, "verbose": -1},
+                           lightgbm.Dataset(X, y), num_boost_round=3)
+    assert stump.dump_model()["tree_info"][0]["num_leaves"] == 1
+    for method in ("walk", "masks"):
+        assert np.array_equal(compile_booster(stump, 3, method).predict(X), stump.predict(X))
+    categorical = lightgbm.train({"objective": "regression", "min_data_in_leaf": 5, "verbose": -1},
+                                 lightgbm.Dataset(X, y, categorical_feature=[0]), num_boost_round=3)
+    assert compile_booster(categorical, 3) is None
+
+
+def test_answer_rule_is_the_documented_mapping():
+    """The native answer rule (used by the batch answer and numpy callers alike) against the
+    formulas in lcr.predict.lightgbm_model's docstring, written out in numpy."""
+    from lcr import _native
+
+    raw = np.array([-30.0, -2.5, -0.1, 0.0, 0.3, 2.0, 9.0, 40.0])
+    last = np.arange(len(raw)) * 100.0
+    boundary = 250.0
+    p = 1.0 / (1.0 + np.exp(-raw))
+    spec = {("log_interval", "after_last"): last + np.expm1(np.maximum(raw, 0.0)),
+            ("scaled_interval", "minus_last"): boundary * np.maximum(raw, 0.0) - last,
+            ("odds", "after_last"): last + boundary * p / np.maximum(1.0 - p, 1e-12),
+            ("probability", "as_is"): p,
+            ("scaled_probability", "minus_last"): boundary * p - last}
+    for (offset, place), expected in spec.items():
+        rule = _native.AnswerRule(offset, place, boundary)
+        assert np.allclose(rule.place(rule.offsets(raw), last), expected, rtol=1e-14, atol=0), (offset, place)
+    with pytest.raises(ValueError, match="unknown offset"):
+        _native.AnswerRule("interval", "as_is", 1.0)
+
+
+@pytest.mark.parametrize("objective,memo", [("regression", False), ("regression", True), ("belady", True),
+                                            ("belady", False)])
 def test_batch_predict_equals_lightgbm_on_the_stored_features(objective, memo):
     """predict(keys) = LightGBM's own predict on each key's feature row, bit for bit: keys in
     any order, unknown keys NaN, rows read from the store by slot (a wrong slot or row

@@ -190,6 +190,11 @@ class FeatureStore:
         """All rows (a view; rows past ``len(self)`` are unused). Read under the owner's lock."""
         return self._rows
 
+    @property
+    def last_times_by_slot(self) -> np.ndarray:
+        """Latest access time per slot, aligned with ``matrix`` (a view). Read under the owner's lock."""
+        return self._last_time
+
     def rows(self, slots: np.ndarray) -> np.ndarray:
         """Feature rows of known slots (a copy)."""
         return self._rows[slots]

@@ -1,46 +1,62 @@
 """A fitted LightGBM booster flattened into ``lcr._native.Forest`` for fast prediction.
 
-Only numerical splits are supported (all of lcr's features are numerical); for anything
-else ``compile_booster`` returns None and callers keep using ``booster.predict``.
+Read from the booster's model text (``model_to_string``: every number printed to round
+trip exactly), which costs a fraction of ``dump_model``'s JSON on each fit. Only numerical
+splits are supported (all of lcr's features are numerical); for anything else
+``compile_booster`` returns None and callers keep using ``booster.predict``.
 """
 from __future__ import annotations
 
-_MISSING = {"None": 0, "Zero": 1, "NaN": 2}
+import numpy as np
+
+# LightGBM's decision_type bits: categorical, default left, then the missing type.
+_CATEGORICAL, _DEFAULT_LEFT = 1, 2
+_NODE_FIELDS = ("split_feature", "threshold", "decision_type", "left_child", "right_child")
 
 
-def compile_booster(booster, num_features: int):
-    """A native forest equal to ``booster.predict`` (raw regression output), or None."""
+def compile_booster(booster, num_features: int, method: str = "auto"):
+    """A native forest equal to ``booster.predict`` (raw regression output), or None.
+
+    ``method``: how the native forest evaluates (``lcr._native.Forest``); tests pin one."""
     from lcr import _native
 
-    model = booster.dump_model()
-    if model.get("num_tree_per_iteration", 1) != 1:
+    text = booster.model_to_string()
+    header = _fields(text[:text.find("\nTree=")])
+    if header.get("num_tree_per_iteration", "1") != "1":
         return None
-    nodes = {"feature": [], "threshold": [], "left": [], "right": [], "missing": [], "default_left": []}
-    leaves: list[float] = []
+    parts = {name: [] for name in (*_NODE_FIELDS, "leaf_value")}
+    roots, nodes, leaves = [], 0, 0
+    for block in text.split("\nTree=")[1:]:
+        tree = _fields(block[:block.find("\n\n")] if "\n\n" in block else block)
+        if tree.get("num_cat", "0") != "0":
+            return None
+        leaf_value = np.array(tree["leaf_value"].split(), dtype=np.float64)
+        arrays = {name: np.array(tree[name].split(), dtype=np.float64 if name == "threshold" else np.int64)
+                  for name in _NODE_FIELDS}
+        if np.any(arrays["decision_type"] & _CATEGORICAL):
+            return None
+        # Children: >= 0 a node of this tree, < 0 leaf ~child of this tree; renumber globally.
+        for side in ("left_child", "right_child"):
+            child = arrays[side]
+            arrays[side] = np.where(child >= 0, child + nodes, ~(~child + leaves))
+        roots.append(nodes if len(arrays["split_feature"]) else ~leaves)
+        for name in _NODE_FIELDS:
+            parts[name].append(arrays[name])
+        parts["leaf_value"].append(leaf_value)
+        nodes += len(arrays["split_feature"])
+        leaves += len(leaf_value)
+    joined = {name: np.concatenate(arrays) if arrays else np.zeros(0) for name, arrays in parts.items()}
+    decision = joined["decision_type"].astype(np.int64)
+    return _native.Forest(feature=joined["split_feature"].astype(np.int32).tolist(),
+                          threshold=joined["threshold"].tolist(),
+                          left=joined["left_child"].astype(np.int32).tolist(),
+                          right=joined["right_child"].astype(np.int32).tolist(),
+                          missing=((decision >> 2) & 3).tolist(),
+                          default_left=((decision & _DEFAULT_LEFT) != 0).astype(np.uint8).tolist(),
+                          leaf_value=joined["leaf_value"].tolist(), roots=roots, num_features=num_features,
+                          method=method)
 
-    def flatten(tree: dict) -> int:
-        if "leaf_value" in tree:
-            leaves.append(float(tree["leaf_value"]))
-            return ~(len(leaves) - 1)
-        if tree.get("decision_type") != "<=" or tree.get("missing_type") not in _MISSING:
-            raise _Unsupported
-        index = len(nodes["feature"])
-        nodes["feature"].append(int(tree["split_feature"]))
-        nodes["threshold"].append(float(tree["threshold"]))
-        nodes["missing"].append(_MISSING[tree["missing_type"]])
-        nodes["default_left"].append(int(bool(tree["default_left"])))
-        nodes["left"].append(0)
-        nodes["right"].append(0)
-        nodes["left"][index] = flatten(tree["left_child"])
-        nodes["right"][index] = flatten(tree["right_child"])
-        return index
 
-    try:
-        roots = [flatten(info["tree_structure"]) for info in model["tree_info"]]
-    except _Unsupported:
-        return None
-    return _native.Forest(leaf_value=leaves, roots=roots, num_features=num_features, **nodes)
-
-
-class _Unsupported(Exception):
-    """A split the native forest does not implement (categorical, multiclass)."""
+def _fields(block: str) -> dict[str, str]:
+    """``key=value`` lines of one section of LightGBM's model text."""
+    return dict(line.split("=", 1) for line in block.splitlines() if "=" in line)

@@ -132,26 +132,27 @@ class _Model:
         return self.booster.predict(rows if index is None else rows[index], num_threads=num_threads,
                                     raw_score=True)
 
-    def beyond_probability(self, raw: np.ndarray) -> np.ndarray:
-        """belady: P(next access beyond the boundary)."""
-        return 1.0 / (1.0 + np.exp(-raw))
+    # The answer rule (``lcr._native.AnswerRule``, shared with the forest's fused batch
+    # answer): the model's term, then how it meets the key's latest access time.
+    rule: object = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        from lcr import _native
+
+        if self.objective == "regression":
+            offset = "scaled_interval" if self.target == "mean" else "log_interval"
+        else:  # belady: odds (p = 1/2 is "back after one boundary"), p, or p scaled for aging
+            offset = {"time": "odds", "probability": "probability", "aging": "scaled_probability"}[self.rank]
+        place = {"time": "after_last", "aging": "minus_last", "probability": "as_is"}[self.rank]
+        object.__setattr__(self, "rule", _native.AnswerRule(offset, place, self.boundary))
 
     def offsets(self, raw: np.ndarray) -> np.ndarray:
         """The model's term of the answer: a predicted interval, or the belady mapping."""
-        if self.objective == "regression":
-            if self.target == "mean":
-                return self.boundary * np.maximum(raw, 0.0)
-            return np.expm1(np.maximum(raw, 0.0))
-        p = self.beyond_probability(raw)
-        if self.rank == "time":  # odds: p = 1/2 is "back after one boundary"
-            return self.boundary * p / np.maximum(1.0 - p, 1e-12)
-        return p if self.rank == "probability" else self.boundary * p
+        return self.rule.offsets(raw)
 
     def place(self, offsets: np.ndarray, last_times: np.ndarray) -> np.ndarray:
         """Answers from ``offsets`` (see ``rank``)."""
-        if self.rank == "time":
-            return last_times + offsets
-        return offsets - last_times if self.rank == "aging" else offsets
+        return self.rule.place(offsets, last_times)
 
     def answers(self, raw: np.ndarray, last_times: np.ndarray) -> np.ndarray:
         return self.place(self.offsets(raw), last_times)
@@ -301,6 +302,9 @@ class LightGBMPredictor(Predictor):
             return self._predict_memoised(keys, model, out)
         with self._lock:
             slots = self.features.slots(keys)
+            if model.forest is not None and model.columns is None:  # one native pass
+                return model.forest.answers(self.features.matrix, slots, self.features.last_times_by_slot, model.rule,
+                                            threads=self.config.num_threads)
             known = slots >= 0
             slots = slots[known]
             if len(slots):
@@ -314,12 +318,17 @@ class LightGBMPredictor(Predictor):
         # than copying them out first), so what is memoised matches the features now.
         with self._lock:
             slots = self.features.slots(keys)
-            known = np.flatnonzero(slots >= 0)
-            slots = slots[known]
             if len(self._memo) < self.features.capacity:
                 grown = np.full(self.features.capacity, np.nan)
                 grown[:len(self._memo)] = self._memo
                 self._memo = grown
+            if model.forest is not None and model.columns is None:  # one native pass
+                # A fit may have swapped in a newer model (and memo) meanwhile: don't fill it.
+                memo = self._memo if self._model is model else None
+                return model.forest.answers(self.features.matrix, slots, self.features.last_times_by_slot,
+                                            model.rule, memo, self.config.num_threads)
+            known = np.flatnonzero(slots >= 0)
+            slots = slots[known]
             intervals = self._memo[slots]
             stale = np.flatnonzero(np.isnan(intervals))
             if len(stale):
