@@ -34,7 +34,7 @@ py::tuple dense_ids(py::array_t<int64_t, py::array::c_style | py::array::forceca
         }
         distinct = index.keys();
     }
-    if (too_many) throw py::value_error("more than 2^30 distinct keys");
+    if (too_many) raise_value_error("more than 2^30 distinct keys");
     py::array_t<int64_t> uniq(static_cast<py::ssize_t>(distinct.size()));
     std::copy(distinct.begin(), distinct.end(), uniq.mutable_data());
     return py::make_tuple(std::move(ids), std::move(uniq));

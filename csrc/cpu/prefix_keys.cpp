@@ -26,7 +26,7 @@ uint64_t mix(uint64_t z) {
 
 // One name per page of `page_size` tokens (the last page may be shorter), root first.
 py::list prefix_keys(const py::object& token_ids, int64_t page_size) {
-    if (page_size < 1) throw py::value_error("page_size must be >= 1");
+    if (page_size < 1) raise_value_error("page_size must be >= 1");
     py::list out;
     uint64_t name = 0;
     int64_t in_page = 0;

@@ -2,7 +2,18 @@
 #pragma once
 #include <pybind11/pybind11.h>
 
+#include <string>
+
 namespace lcr {
+// Raise ValueError through Python's error indicator. pybind11 restores an
+// error_already_set before it consults any exception translator, whereas a thrown
+// py::value_error reaches the translators, and one registered later by another
+// extension (seen with the whole test suite imported) turns it into RuntimeError.
+[[noreturn]] inline void raise_value_error(const std::string& what) {
+    PyErr_SetString(PyExc_ValueError, what.c_str());
+    throw pybind11::error_already_set();
+}
+
 void register_next_use(pybind11::module_& m);
 void register_checkpoints(pybind11::module_& m);
 void register_slab_hash(pybind11::module_& m);

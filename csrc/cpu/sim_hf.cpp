@@ -12,7 +12,7 @@ using namespace sim;
 py::tuple replay_hf(const Array<int32_t>& ids, int64_t n_ids, int64_t capacity, const Array<double>& predictions,
                     bool async, int64_t window, bool record_evictions) {
     checked_capacity(capacity);
-    if (window < 1) throw py::value_error("hf window must be at least 1");
+    if (window < 1) raise_value_error("hf window must be at least 1");
     const Predictions pred{aligned_with(predictions, ids.size(), "predictions"), async};
     return run_core(ids, n_ids, record_evictions, [&](const Requests& req, Recorder& rec, Counters& c) {
         RecencyTree cache(capacity, req.n_ids);

@@ -84,8 +84,8 @@ void run_laru(const Requests& req, Recorder& rec, Counters& c, int64_t k, const 
 py::tuple replay_laru(const Array<int32_t>& ids, int64_t n_ids, int64_t capacity, const Array<double>& predictions,
                       bool async, double b, int64_t shrink_every, bool record_evictions) {
     checked_capacity(capacity);
-    if (!(b > 1)) throw py::value_error("laru needs b > 1");
-    if (shrink_every < 1) throw py::value_error("laru shrink_every must be at least 1");
+    if (!(b > 1)) raise_value_error("laru needs b > 1");
+    if (shrink_every < 1) raise_value_error("laru shrink_every must be at least 1");
     const Predictions pred{aligned_with(predictions, ids.size(), "predictions"), async};
     const LaruParams params{b, shrink_every};
     return run_core(ids, n_ids, record_evictions, [&](const Requests& req, Recorder& rec, Counters& c) {

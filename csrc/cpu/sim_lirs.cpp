@@ -144,7 +144,7 @@ private:
 };
 
 py::tuple replay_lirs(const Array<int32_t>& ids, int64_t n_ids, int64_t capacity, bool record_evictions) {
-    if (checked_capacity(capacity) < 2) throw py::value_error("lirs needs a cache of at least 2 items");
+    if (checked_capacity(capacity) < 2) raise_value_error("lirs needs a cache of at least 2 items");
     return run_core(ids, n_ids, record_evictions, [&](const Requests& req, Recorder& rec, Counters&) {
         Lirs lirs(req.n_ids, capacity, rec);
         for (int64_t t = 0; t < req.n; ++t) lirs.access(t, req.ids[t]);

@@ -22,7 +22,7 @@ py::tuple replay_opt(const Array<int32_t>& ids, int64_t n_ids, int64_t capacity,
                      bool record_evictions) {
     checked_capacity(capacity);
     const int64_t* next = aligned_with(next_use, ids.size(), "next_use");
-    if (ids.size() >= kNeverBase / 2) throw py::value_error("trace too long for OPT");
+    if (ids.size() >= kNeverBase / 2) raise_value_error("trace too long for OPT");
     return run_core(ids, n_ids, record_evictions, [&](const Requests& req, Recorder& rec, Counters&) {
         IndexedMaxHeap furthest(req.n_ids);
         for (int64_t t = 0; t < req.n; ++t) {

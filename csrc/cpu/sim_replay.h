@@ -7,6 +7,8 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include "cpu/registry.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -100,14 +102,14 @@ private:
 };
 
 inline int64_t checked_capacity(int64_t capacity) {
-    if (capacity < 1) throw py::value_error("cache capacity must be at least 1 item, got " + std::to_string(capacity));
+    if (capacity < 1) raise_value_error("cache capacity must be at least 1 item, got " + std::to_string(capacity));
     return capacity;
 }
 
 template <class T>
 const T* aligned_with(const Array<T>& a, int64_t n, const char* what) {
     if (a.ndim() != 1 || a.size() != n)
-        throw py::value_error(std::string(what) + " must be a 1-d array with one entry per request");
+        raise_value_error(std::string(what) + " must be a 1-d array with one entry per request");
     return a.data();
 }
 
@@ -115,10 +117,10 @@ const T* aligned_with(const Array<T>& a, int64_t n, const char* what) {
 // (hits: bool[n], evicted: int32[n] of dense ids or -1 / None, counters: dict).
 template <class Core>
 py::tuple run_core(const Array<int32_t>& ids, int64_t n_ids, bool record_evictions, Core&& core) {
-    if (ids.ndim() != 1) throw py::value_error("ids must be a 1-d array");
+    if (ids.ndim() != 1) raise_value_error("ids must be a 1-d array");
     Requests req{ids.data(), static_cast<int64_t>(ids.size()), n_ids};
     for (int64_t t = 0; t < req.n; ++t)  // a bad id would index out of bounds below
-        if (req.ids[t] < 0 || req.ids[t] >= n_ids) throw py::value_error("ids must lie in [0, n_ids)");
+        if (req.ids[t] < 0 || req.ids[t] >= n_ids) raise_value_error("ids must lie in [0, n_ids)");
     py::array_t<bool> hits(req.n);
     py::object evicted = py::none();
     int32_t* evicted_at = nullptr;

@@ -54,7 +54,7 @@ py::tuple replay_wtinylfu(const Array<int32_t>& ids, const Array<int64_t>& keys,
     checked_capacity(capacity);
     const int64_t n_ids = keys.size();
     const int64_t main_size = capacity - window_size;
-    if (window_size < 1 || main_size < 0) throw py::value_error("wtinylfu: the window needs a slot");
+    if (window_size < 1 || main_size < 0) raise_value_error("wtinylfu: the window needs a slot");
     const int64_t* key_at = keys.data();
     return run_core(ids, n_ids, record_evictions, [&](const Requests& req, Recorder& rec, Counters&) {
         RecencyList window(req.n_ids), probation(req.n_ids), protect(req.n_ids);  // oldest() = LRU end
