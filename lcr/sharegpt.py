@@ -12,8 +12,8 @@ from typing import Iterator
 from lcr.errors import LcrInputError
 
 
-def read_records(path: str | Path) -> Iterator[tuple[int, str, list[dict]]]:
-    """(line number, record id, messages) per record; a message is a dict with ``from``
+def read_records(path: str | Path) -> Iterator[tuple[str, list[dict]]]:
+    """(record id, messages) per record; a message is a dict with ``from``
     and a string ``value``. A record without an ``id`` is named by its line number."""
     try:
         f = open(path, encoding="utf-8")
@@ -35,4 +35,4 @@ def read_records(path: str | Path) -> Iterator[tuple[int, str, list[dict]]]:
                 if not isinstance(m, dict) or not isinstance(m.get("value"), str) or "from" not in m:
                     raise LcrInputError("field 'conversations': each message needs 'from' and a "
                                         "string 'value'", **where)
-            yield number, str(record.get("id", number)), messages
+            yield str(record.get("id", number)), messages

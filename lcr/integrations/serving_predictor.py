@@ -15,7 +15,6 @@ Neither is thread-safe; each SGLang scheduler process owns its own.
 """
 from __future__ import annotations
 
-import logging
 import os
 import time
 import urllib.request
@@ -24,8 +23,6 @@ from urllib.parse import urlsplit
 
 from lcr.errors import LcrInputError
 from lcr.integrations.backoff import Backoff
-
-log = logging.getLogger("lcr.sglang")
 
 TOKEN_ENV = "LCR_PREDICTOR_TOKEN"  # read from the environment: never on a command line
 

@@ -27,7 +27,7 @@ CHAT_BLOCK_TOKENS = 32
 def read_sessions(path: str | Path, limit: int | None = None) -> list[list[str]]:
     """Records as lists of message texts (only those starting with a user turn)."""
     sessions = []
-    for _, _, messages in read_records(path):
+    for _, messages in read_records(path):
         if messages and messages[0]["from"] == "human":
             sessions.append([m["value"] for m in messages])
         if limit is not None and len(sessions) >= limit:

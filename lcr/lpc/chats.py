@@ -42,7 +42,7 @@ def load_conversations(path: str | Path, limit: int | None = None) -> list[Conve
     """Conversations of a ShareGPT JSONL file, in order of first appearance; those
     without a user turn are skipped. ``limit`` keeps the first N conversations."""
     chunks: dict[str, list[tuple[int, list[dict]]]] = {}
-    for _, record_id, messages in read_records(path):
+    for record_id, messages in read_records(path):
         base, chunk = _base_and_chunk(record_id)
         chunks.setdefault(base, []).append((chunk, messages))
     out = []
