@@ -1,6 +1,7 @@
 """Predictor latency: batch prediction, retraining, and a service round trip.
 
-    nice -n 5 python benchmarks/predictor_latency.py [--quick] [--no-service] [--evaluations | --fit-parts]
+    nice -n 5 python benchmarks/predictor_latency.py [--quick] [--no-service] [--threads N] [--out FILE]
+                                                     [--evaluations | --fit-parts]
 
 Targets (issues 4 and 11): predict 25,000 keys <= 2 ms median (stretch 1 ms), end to end
 (``LightGBMPredictor.predict``: key lookup, then one native pass: the forest reading each
@@ -11,6 +12,10 @@ evaluation (``walk``, tree by tree) in the same run. Models: the belady classifi
 over the full layout (16 deltas, 8 EDCs, count, age), and the paper's DLRM ``compact``
 layout (time, key, count, last interval). Retrain on 25,000 samples <= 100 ms (regression
 and belady); service round trip for 1,000 keys on loopback <= 2 ms median.
+
+``--threads N`` gives our predict and fits (``LightGBMConfig.num_threads``) and LightGBM's
+own predict the same N threads (default 1); with more than one, read the wall medians (the
+CPU column is the calling thread's only).
 
 Each timing is repeated; the table shows the median with the 25th-75th percentile and the
 median thread CPU time (on a shared machine wall time includes waiting for a core), and
@@ -72,10 +77,11 @@ PREDICT_MODELS = [
 ]
 
 
-def bench_predict(repeats: int) -> dict:
+def bench_predict(repeats: int, threads: int = 1) -> dict:
     out = {}
     for name, changes in PREDICT_MODELS:
-        config = LightGBMConfig(background=False, retrain_every=10**9, cache_predictions=False, **changes)
+        config = LightGBMConfig(background=False, retrain_every=10**9, cache_predictions=False,
+                                num_threads=threads, **changes)
         model = trained_model(config, 150_000, 60_000)
         # 25k of the 60k keys seen, in random order: rows scattered over the feature store.
         seen = np.fromiter(model.features._slot, dtype=np.int64)
@@ -85,18 +91,18 @@ def bench_predict(repeats: int) -> dict:
         rows = model.features.rows(slots)
         booster, forest = model._model.booster, model._model.forest
         answers = model.predict(keys, now)
-        lightgbm_answers = model._model.answers(booster.predict(rows, raw_score=True, num_threads=1),
+        lightgbm_answers = model._model.answers(booster.predict(rows, raw_score=True, num_threads=threads),
                                                 model.features.last_times(slots))
         assert np.array_equal(answers, lightgbm_answers), "native predictions differ from LightGBM's"
         out[f"predict_25k_{name}"] = timed(lambda: model.predict(keys, now), repeats)
         out[f"predict_25k_{name}_lightgbm_own"] = timed(
-            lambda: booster.predict(rows, raw_score=True, num_threads=1), repeats)
-        out[f"predict_25k_{name}_native_forest_rows"] = timed(lambda: forest.predict(rows), repeats)
+            lambda: booster.predict(rows, raw_score=True, num_threads=threads), repeats)
+        out[f"predict_25k_{name}_native_forest_rows"] = timed(lambda: forest.predict(rows, None, threads), repeats)
         out[f"predict_25k_{name}_native_forest_in_place"] = timed(
-            lambda: forest.predict(model.features.matrix, slots), repeats)
+            lambda: forest.predict(model.features.matrix, slots, threads), repeats)
         walk = compile_booster(booster, model.features.width, "walk")
         out[f"predict_25k_{name}_native_walk_in_place"] = timed(
-            lambda: walk.predict(model.features.matrix, slots), repeats)
+            lambda: walk.predict(model.features.matrix, slots, threads), repeats)
         out[f"predict_25k_{name}_key_lookup"] = timed(lambda: model.features.slots(keys), repeats)
         # Memoised (the default): the first call after a fit predicts every key, later
         # calls only keys observed since.
@@ -138,11 +144,12 @@ def bench_evaluations(repeats: int) -> dict:
     return out
 
 
-def bench_fit(repeats: int) -> dict:
+def bench_fit(repeats: int, threads: int = 1) -> dict:
     out = {}
     for objective in ("regression", "belady"):
         model = trained_model(LightGBMConfig(background=False, retrain_every=10**9, window=120_000,
-                                             objective=objective, capacity=2_000), 150_000, 20_000)
+                                             objective=objective, capacity=2_000, num_threads=threads),
+                              150_000, 20_000)
         X, y, boundary = model.training_set()
         X, y = X[-25_000:], y[-25_000:]
         suffix = "" if objective == "regression" else "_belady"
@@ -221,7 +228,12 @@ def main() -> None:
     parser.add_argument("--evaluations", action="store_true",
                         help="only compare the forest's evaluations and row orders (thread CPU ms, median (min))")
     parser.add_argument("--fit-parts", action="store_true", help="only split a retrain into its parts")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="threads for our predict and fits and for LightGBM's own predict (default 1)")
+    parser.add_argument("--out", type=Path, default=RESULTS, help=f"JSON results (default {RESULTS})")
     args = parser.parse_args()
+    if args.threads < 1:
+        parser.error("--threads must be at least 1")
     repeats = 7 if args.quick else 31
     if args.fit_parts:
         print(f"load average before {os.getloadavg()}")
@@ -236,14 +248,14 @@ def main() -> None:
         print(f"load average after {os.getloadavg()}")
         return
     load_before = os.getloadavg()
-    results = {**bench_predict(repeats), **bench_fit(max(3, repeats // 3))}
+    results = {**bench_predict(repeats, args.threads), **bench_fit(max(3, repeats // 3), args.threads)}
     if not args.no_service:
         results.update(bench_service(repeats * 3))
     load_after = os.getloadavg()
     targets = {"predict_25k_belady_p": 2.0, "predict_25k_full": 2.0, "predict_25k_compact": 2.0,
                "predict_25k_belady_p_memo_first_call": 2.0, "fit_25k": 100.0, "fit_25k_belady": 100.0,
                "service_predict_1k": 2.0}
-    print(f"load average (1/5/15 min) before {load_before}, after {load_after}")
+    print(f"load average (1/5/15 min) before {load_before}, after {load_after}; {args.threads} thread(s)")
     print(f"{'ms':44s} {'median':>8s} {'p25-p75':>17s} {'min':>7s} {'cpu med':>8s}")
     for name, t in results.items():
         if not isinstance(t, dict):
@@ -255,12 +267,13 @@ def main() -> None:
     for name, _ in PREDICT_MODELS:
         ratio = results[f"predict_25k_{name}_lightgbm_own"]["median"] / results[f"predict_25k_{name}"]["median"]
         print(f"{name}: LightGBM's own predict / ours (medians, same run): {ratio:.1f}x")
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({"machine": machine_description(), "load_average_before": load_before,
-                                   "load_average_after": load_after, "timings_ms": results,
-                                   "medians": {k: v["median"] for k, v in results.items() if isinstance(v, dict)},
-                                   "targets_ms": targets}, indent=1))
-    print(f"wrote {RESULTS}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"machine": machine_description(), "threads": args.threads,
+                                    "load_average_before": load_before,
+                                    "load_average_after": load_after, "timings_ms": results,
+                                    "medians": {k: v["median"] for k, v in results.items() if isinstance(v, dict)},
+                                    "targets_ms": targets}, indent=1))
+    print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":
