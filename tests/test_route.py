@@ -69,6 +69,38 @@ def test_cache_aware_balances_only_past_both_thresholds():
     assert router.route(req(2, [1, 2]), 0.0, [200, 135]) == 0
 
 
+def test_cache_aware_presets_are_sglang_routers_defaults_of_each_release():
+    """0.1.9's thresholds (0.5, 32, 1.0001) balance where 0.3.2's (0.3, 64, 1.5) follow the
+    cache, and need a longer match to follow it; explicit values override a preset."""
+    def pick(defaults, outstanding, matched=3, blocks=5, **params):
+        router = make_router("cache_aware", 2, defaults=defaults, **params)
+        router.indexes[0].insert(BlockRequest(tuple(range(1, matched + 1)), (100,) * matched))
+        router.indexes[1].insert(BlockRequest((90,), (100,)))   # worker 1: the smaller index
+        return router.route(req(0, list(range(1, blocks + 1))), 0.0, outstanding)
+
+    # Worker 0 holds 3 of the 5 blocks (0.6 matched) unless said otherwise.
+    assert pick("0.3.2", [100, 60]) == 0            # 40 apart: not > 64, so the cache wins
+    assert pick("0.3.2", [100, 36]) == 0            # 64 is not > 64
+    assert pick("0.3.2", [100, 35]) == 1
+    assert pick("0.3.2", [200, 135]) == 0           # 65 > 64 but 200 <= 1.5 x 135
+    assert pick("0.3.2", [200, 130]) == 1
+    assert pick("0.1.9", [100, 60]) == 1            # 40 > 32 and 100 > 60 x 1.0001: balance
+    assert pick("0.1.9", [64, 32]) == 0             # 32 is not > 32
+    assert pick("0.1.9", [65, 32]) == 1
+    assert pick("0.1.9", [400_033, 400_000]) == 0   # 33 apart but 400,033 <= 1.0001 x 400,000
+    assert pick("0.1.9", [400_033, 400_000], balance_rel=1.0) == 1
+    assert pick("0.3.2", [0, 0], matched=2) == 0    # 2/5 = 0.4 > 0.3: the match
+    assert pick("0.3.2", [0, 0], matched=3, blocks=10) == 1   # exactly 0.3 is not > 0.3
+    assert pick("0.1.9", [0, 0], matched=2) == 1    # 0.4 <= 0.5: the smaller index
+    assert pick("0.1.9", [0, 0], matched=3) == 0    # 0.6 > 0.5
+    assert pick("0.1.9", [0, 0], matched=5, blocks=10) == 1   # exactly 0.5 is not > 0.5
+    assert pick("0.1.9", [0, 0], matched=2, cache_threshold=0.3) == 0
+    assert make_router("cache_aware", 2).defaults == "0.3.2"
+    for bad in ({"defaults": "0.2"}, {"defaults": 0.1}, {"cache_threshold": 1.5}, {"balance_rel": 0.5}):
+        with pytest.raises(ValueError):
+            make_router("cache_aware", 2, **bad)
+
+
 # --- LBGR ---------------------------------------------------------------------------------
 
 def test_rls_recovers_planted_coefficients():

@@ -7,9 +7,9 @@ number of requests each worker holds (queued or running), the load signal every 
 router has.
 
 - ``random``, ``round_robin``: the baselines.
-- ``cache_aware``: SGLang router's policy (sglang-router 0.3.2 defaults): when the load is
-  imbalanced (max - min outstanding > ``balance_abs`` and max > ``balance_rel`` x min) go to
-  the least loaded worker; otherwise to the worker with the longest approximate prefix match
+- ``cache_aware``: SGLang router's policy (sglang-router 0.3.2's defaults, or 0.1.9's with
+  ``defaults=0.1.9``): when the load is imbalanced (max - min outstanding > ``balance_abs``
+  and max > ``balance_rel`` x min) go to the least loaded worker; otherwise to the worker with the longest approximate prefix match
   if its match rate exceeds ``cache_threshold``, else to the worker whose index is smallest
   (the most free cache, as far as the router knows).
 - ``lbgr``: learning-based greedy routing (the RLT/LBGR paper): predicted latency
@@ -94,14 +94,36 @@ class RoundRobinRouter(Router):
 
 
 class CacheAwareRouter(Router):
-    name = "cache_aware"
+    """``defaults`` picks the sglang-router release whose default thresholds apply; explicit
+    ``cache_threshold``, ``balance_abs``, ``balance_rel`` override them. ``0.3.2`` (the
+    installed release, the thresholds since 0.2.0) balances only past a large imbalance;
+    ``0.1.9`` (the last release before 0.2.0, August 2025, current when the RLT/LBGR paper
+    ran its cache-aware baseline) balances as soon as the outstanding counts differ by more
+    than 32, and needs a match over half the prompt to follow the cache."""
 
-    def __init__(self, workers: int, seed: int = 0, cache_threshold: float = 0.3,
-                 balance_abs: int = 64, balance_rel: float = 1.5, max_index_tokens: int | None = None):
+    name = "cache_aware"
+    # sglang-router's RouterArgs defaults (cache_threshold, balance_abs_threshold,
+    # balance_rel_threshold). Their tree bound (max_tree_size: 2^24 characters in 0.1.9,
+    # 2^26 since 0.2.0) is never reached by the workloads here, so the index is unbounded
+    # unless max_index_tokens is given.
+    DEFAULTS = {"0.3.2": {"cache_threshold": 0.3, "balance_abs": 64, "balance_rel": 1.5},
+                "0.1.9": {"cache_threshold": 0.5, "balance_abs": 32, "balance_rel": 1.0001}}
+
+    def __init__(self, workers: int, seed: int = 0, defaults: str = "0.3.2",
+                 cache_threshold: float | None = None, balance_abs: int | None = None,
+                 balance_rel: float | None = None, max_index_tokens: int | None = None):
         super().__init__(workers, seed)
-        self.cache_threshold = cache_threshold
-        self.balance_abs = balance_abs
-        self.balance_rel = balance_rel
+        preset = self.DEFAULTS.get(str(defaults))
+        if preset is None:
+            raise LcrInputError(f"cache_aware: defaults must be one of {', '.join(self.DEFAULTS)} "
+                                f"(sglang-router releases), got {defaults!r}")
+        self.defaults = str(defaults)
+        self.cache_threshold = preset["cache_threshold"] if cache_threshold is None else cache_threshold
+        self.balance_abs = preset["balance_abs"] if balance_abs is None else balance_abs
+        self.balance_rel = preset["balance_rel"] if balance_rel is None else balance_rel
+        if not 0 <= self.cache_threshold <= 1 or self.balance_abs < 0 or self.balance_rel < 1:
+            raise LcrInputError("cache_aware: cache_threshold must be in [0, 1], balance_abs >= 0 "
+                                "and balance_rel >= 1")
         self.indexes = [ApproxPrefixIndex(max_index_tokens) for _ in range(workers)]
         self.balanced = 0   # decisions the load-imbalance rule made (a measurement)
 
