@@ -195,16 +195,27 @@ def test_lbgr_little_keeps_a_prefix_where_the_paper_rule_moves_it():
         router.load = [0.5, 0.0]     # hit saves 0.3 s, worker 0 is 0.5 s more loaded
         picks[queueing] = router.route(request, 0.0, [3, 3])
     assert picks == {"none": 1, "little": 0}
-    # Nothing in flight anywhere: the two rules agree (own latency only).
+    # Nothing in flight anywhere: own latency (0.1 + 0.5 s at home, 0.4 s at worker 1) plus,
+    # at worker 1, the 0.3 s a second copy of the prefix costs later: it stays. Without the
+    # copy's cost the rule is the paper's here (own latency only) and moves it.
+    for duplicate_cost, expected in ((True, 0), (False, 1)):
+        router = LBGRRouter(2, service=service, learn=False, queueing="little", duplicate_cost=duplicate_cost)
+        router.indexes[0].insert(BlockRequest((1, 2, 3), (100,) * 3))
+        router.load = [0.5, 0.0]
+        assert router.route(request, 0.0, [0, 0]) == expected
+    # The prefix's worker is busy and the other idle: a miss there delays no one, but its
+    # second copy of the 300 prefix tokens costs a later request 0.3 s of prefill. At home
+    # 0.1 s own + 0.1 s x 5 behind = 0.6 s, at worker 1 0.4 s own + 0.3 s copy = 0.7 s: the
+    # request stays; with 8 behind (0.9 s) it moves; without the copy's cost it moves at 5.
+    def pick(behind, **params):
+        router = LBGRRouter(2, service=service, learn=False, queueing="little", **params)
+        router.indexes[0].insert(BlockRequest((1, 2, 3), (100,) * 3))
+        return router.route(request, 0.0, [behind, 0])
+
+    assert (pick(5), pick(8), pick(5, duplicate_cost=False)) == (0, 1, 1)
+    # The copy's later miss queues behind those at its worker too: 2 there make it 0.3 x 3.
     router = LBGRRouter(2, service=service, learn=False, queueing="little")
-    router.indexes[0].insert(BlockRequest((1, 2, 3), (100,) * 3))
-    router.load = [0.5, 0.0]
-    assert router.route(request, 0.0, [0, 0]) == 1
-    # The prefix's worker is busy and the other idle: a miss there delays no one, so the
-    # request goes there (0.1 s own + 0.1 s x 6 behind at worker 0, against 0.4 s at worker 1).
-    router = LBGRRouter(2, service=service, learn=False, queueing="little")
-    router.indexes[0].insert(BlockRequest((1, 2, 3), (100,) * 3))
-    assert router.route(request, 0.0, [6, 0]) == 1
+    assert router.duplication(300, 2) == pytest.approx(0.9) and router.duplication(0, 2) == 0
     with pytest.raises(ValueError):
         LBGRRouter(1, queueing="bogus")
 

@@ -148,6 +148,21 @@ class CacheAwareRouter(Router):
         return worker
 
 
+@dataclass(frozen=True)
+class Score:
+    """One worker's LBGR score for one request, term by term (seconds)."""
+    cost: float       # the request's own service time there: prefill of what misses + decode
+    load: float       # P: the recent work routed there, decaying
+    residual: float   # theta . phi: the learned correction
+    queueing: float   # queueing=little: the delay its work imposes on those already there
+    hit: int          # prefix tokens the router believes that worker holds
+    phi: np.ndarray
+
+    @property
+    def score(self) -> float:
+        return self.cost + self.load + self.residual + self.queueing
+
+
 @dataclass
 class _InFlight:
     cost: float
@@ -172,8 +187,12 @@ class LBGRRouter(Router):
     (``ServiceModel.occupancy``: the worker capacity it takes, so a miss costs its full
     prefill) times the number of requests expected to arrive there while it is in flight,
     which by Little's law is about the number in flight there now (``outstanding``). Under
-    load a miss then costs what it really costs the cluster, and groups stay together;
-    idle workers (nothing outstanding) are chosen on the request's own latency alone.
+    load a miss then costs what it really costs the cluster, and groups stay together.
+    It also counts what a second copy of a prefix costs (``duplicate_cost``, on by default:
+    see ``duplication``), so an idle worker takes a request whose prefix is cached elsewhere
+    only when the home's queue outweighs the request's prefill twice over.
+
+    ``record``: keep every decision's per-worker ``Score`` terms in ``decisions``.
     """
 
     name = "lbgr"
@@ -183,8 +202,10 @@ class LBGRRouter(Router):
     def __init__(self, workers: int, seed: int = 0, service: ServiceModel | None = None,
                  features: str = "paper", forgetting: float = 0.992, decay: float = 31 / 32,
                  decay_interval: float = 0.02, hysteresis: float = 0.02, queueing: str = "little",
-                 max_index_tokens: int | None = None, learn: bool = True):
+                 max_index_tokens: int | None = None, learn: bool = True, record: bool = False,
+                 duplicate_cost: bool = True):
         super().__init__(workers, seed)
+        self.duplicate_cost = bool(duplicate_cost)
         if features not in self.FEATURES:
             raise LcrInputError(f"lbgr: features must be one of {', '.join(self.FEATURES)}, got {features!r}")
         if queueing not in self.QUEUEING:
@@ -205,6 +226,9 @@ class LBGRRouter(Router):
         self._in_flight: dict[int, tuple[int, _InFlight]] = {}
         self._mean_output = 0.0
         self._completed = 0
+        # (request id, outstanding, per-worker Score, chosen worker) per decision, if asked:
+        # what moved each request where it went (docs/routing.md, "Live").
+        self.decisions: list[tuple[int, list[int], list[Score], int]] | None = [] if record else None
 
     def _decay_to(self, now: float) -> None:
         if now > self._load_time:
@@ -223,44 +247,62 @@ class LBGRRouter(Router):
         return np.array(paper + [1.0])
 
     def estimates(self, request: RoutedRequest, now: float,
-                  outstanding: Sequence[int] | None = None) -> list[tuple[float, float, int, np.ndarray]]:
-        """Per worker: (score to minimise, Cost + P, matched tokens, phi). The score is the
-        predicted latency Cost + P + theta . phi, plus under ``queueing=little`` the delay the
-        request imposes on those after it (needs ``outstanding``)."""
+                  outstanding: Sequence[int] | None = None) -> list[Score]:
+        """Per worker, the terms of its score (``Score``): the predicted latency Cost + P +
+        theta . phi, plus under ``queueing=little`` the delay the request imposes on those
+        after it (needs ``outstanding``)."""
         self._decay_to(now)
+        hits = [index.match(request.request) for index in self.indexes]
+        # The longest prefix some worker in rotation is believed to hold.
+        held = max((hits[w] for w in range(self.workers) if w not in self.dead), default=0)
         out = []
-        for worker in range(self.workers):
-            hit = self.indexes[worker].match(request.request)
+        for worker, hit in enumerate(hits):
             miss = request.prompt_tokens - hit
-            cost = self.service.prefill(hit, miss) + self.service.decode(self._mean_output)
             phi = self.phi(hit, miss, self.load[worker])
-            base = cost + self.load[worker]
-            score = base + self.models[worker].predict(phi)
+            queueing = 0.0
             if self.queueing == "little" and outstanding is not None:
-                score += self.service.occupancy(hit, miss, self._mean_output) * outstanding[worker]
-            out.append((score, base, hit, phi))
+                queueing = (self.service.occupancy(hit, miss, self._mean_output) * outstanding[worker]
+                            + self.duplication(held - hit, outstanding[worker]))
+            out.append(Score(cost=self.service.prefill(hit, miss) + self.service.decode(self._mean_output),
+                             load=self.load[worker], residual=self.models[worker].predict(phi),
+                             queueing=queueing, hit=hit, phi=phi))
         return out
+
+    def duplication(self, tokens: int, outstanding: int) -> float:
+        """What storing a second copy of ``tokens`` prefix tokens, already cached at another
+        worker, costs later requests: in a full cache the copy evicts as many tokens of other
+        prefixes, so some later request prefills them again instead of hitting (the miss
+        minus the hit), and delays those queued behind it at that worker as this request's
+        own prefill would. Without it a busy home and an idle neighbour split a group
+        between two caches on one momentary imbalance, and every later request of the group
+        follows the load between both copies (docs/routing.md, "Live")."""
+        if not self.duplicate_cost or tokens <= 0:
+            return 0.0
+        extra = self.service.prefill(0, tokens) - self.service.prefill(tokens, 0)
+        return extra + extra / self.service.prefill_parallel * outstanding
 
     def route(self, request, now, outstanding):
         alive = self.alive()
         estimates = self.estimates(request, now, outstanding)
-        best = min(alive, key=lambda w: estimates[w][0])
-        sticky = max(alive, key=lambda w: estimates[w][2])
-        if (estimates[sticky][2] > estimates[best][2]
-                and estimates[sticky][0] - estimates[best][0] <= self.hysteresis * abs(estimates[best][0])):
+        best = min(alive, key=lambda w: estimates[w].score)
+        sticky = max(alive, key=lambda w: estimates[w].hit)
+        if (estimates[sticky].hit > estimates[best].hit
+                and estimates[sticky].score - estimates[best].score <= self.hysteresis * abs(estimates[best].score)):
             best = sticky
+        if self.decisions is not None:
+            self.decisions.append((request.rid, list(outstanding), estimates, best))
         # A worker that gets no requests gets no completions, so a pessimistic fit would
         # starve it forever; each request routed elsewhere relaxes its correction a little
         # (by the same forgetting factor), so it is tried again once the others fill up.
         for w in alive:
             if w != best:
                 self.models[w].theta *= self.models[w].forgetting
-        _, base, hit, phi = estimates[best]
+        chosen = estimates[best]
         # What the request delays those behind it: its prefill shared by the worker's
         # prefill lanes, its decode by its slots (ServiceModel.occupancy).
-        cost = self.service.occupancy(hit, request.prompt_tokens - hit, self._mean_output)
+        cost = self.service.occupancy(chosen.hit, request.prompt_tokens - chosen.hit, self._mean_output)
         self.load[best] += cost
-        self._in_flight[request.rid] = (best, _InFlight(cost, now, base, phi))
+        self._in_flight[request.rid] = (best, _InFlight(cost, now, chosen.cost + chosen.load, chosen.phi))
         self.indexes[best].insert(request.request)
         return best
 
