@@ -11,7 +11,7 @@ hold half of the 262,144 distinct system-prompt tokens). Routers: round_robin, c
 (sglang-router's rule with 0.3.2's defaults and with 0.1.9's), LBGR with the paper's greedy rule (queueing=none) and with
 lcr's queueing=little, each x {lru, rlt}; 3 arrival seeds, mean and spread (max - min).
 The 4-worker table adds LBGR and cache_aware whose index forgets past the worker's cache size
-(",capped").
+(",capped") and ablations of LBGR's choices (first_sight=score, no_dup_cost, confidence=0).
 1. rates: 4 workers at 12, 20 and 24 req/s (light, near saturation, overloaded).
 2. workers: 2-10 workers at the paper's fixed 12 req/s (it only queues at 2 workers);
    workers_scaled: 2-10 workers at 6 req/s per worker, so every size is loaded.
@@ -60,13 +60,21 @@ GSP = dict(prompt_tokens=2048 + 128, prefix_ratio=2048 / (2048 + 128), output_to
 # And cache_aware with its tree bounded likewise (sglang-router's default is 2^26 characters).
 CAPPED = [("lbgr", {"queueing": "none", "max_index_tokens": 32_768}),
           ("lbgr", {"queueing": "little", "max_index_tokens": 32_768}),
-          ("cache_aware", {"max_index_tokens": 32_768})]
+          ("cache_aware", {"max_index_tokens": 32_768}),
+          # Ablations of lcr's LBGR: unseen prefixes placed by score (momentary load) instead
+          # of routed share; no second-copy cost; the residual as fitted (confidence 0).
+          ("lbgr", {"queueing": "little", "first_sight": "score"}),
+          ("lbgr", {"queueing": "little", "duplicate_cost": False}),
+          ("lbgr", {"queueing": "little", "confidence": 0.0})]
 
 
 def label(name, params):
     tags = [params["queueing"]] if "queueing" in params else []
     tags += [params["defaults"]] if "defaults" in params else []
     tags += ["capped"] if "max_index_tokens" in params else []
+    tags += ["first_sight=score"] if params.get("first_sight") == "score" else []
+    tags += ["no_dup_cost"] if params.get("duplicate_cost") is False else []
+    tags += ["confidence=0"] if params.get("confidence") == 0.0 else []
     return f"{name}:{','.join(tags)}" if tags else name
 
 
@@ -92,10 +100,10 @@ def cell(requests_for_seed, workers, cache_tokens, service, routers=ROUTERS):
 
 def print_rows(title, rows):
     print(f"\n## {title}")
-    print(f"{'router':<18} {'policy':<6} {'W':>3} {'hit rate':>14} {'TTFT p50':>9} {'TTFT p95':>15} "
+    print(f"{'router':<30} {'policy':<6} {'W':>3} {'hit rate':>14} {'TTFT p50':>9} {'TTFT p95':>15} "
           f"{'lat p50':>8} {'req/s':>6} {'CA bal':>7}")
     for r in rows:
-        print(f"{r['router']:<18} {r['policy']:<6} {r['workers']:>3} {r['hit_rate']:>7.4f} ({r['hit_rate_spread']:.3f}) "
+        print(f"{r['router']:<30} {r['policy']:<6} {r['workers']:>3} {r['hit_rate']:>7.4f} ({r['hit_rate_spread']:.3f}) "
               f"{r['ttft_p50']:>9.2f} {r['ttft_p95']:>8.2f} ({r['ttft_p95_spread']:.2f}) "
               f"{r['latency_p50']:>8.2f} {r['throughput']:>6.2f} {r['balanced']:>7.0f}", flush=True)
 

@@ -113,6 +113,20 @@ def test_rls_recovers_planted_coefficients():
     assert np.allclose(model.theta, truth, atol=0.05)
 
 
+def test_rls_counts_a_prediction_only_beyond_its_standard_errors():
+    """Few noisy samples: shrunk to nothing at 2 standard errors; many consistent ones: kept."""
+    rng = np.random.default_rng(2)
+    noisy, steady = RecursiveLeastSquares(1), RecursiveLeastSquares(1)
+    for _ in range(5):
+        noisy.update(np.array([0.3]), 0.3 + rng.normal(0, 0.5))
+    for _ in range(300):
+        steady.update(np.array([0.3]), 0.3 + rng.normal(0, 0.05))
+    one = np.array([0.3])
+    assert noisy.predict(one) != 0 and noisy.predict(one, confidence=2.0) == 0.0
+    assert steady.predict(one, confidence=2.0) == pytest.approx(0.3, abs=0.05)
+    assert 0 < steady.predict(one, confidence=2.0) < steady.predict(one)
+
+
 def test_rls_tracks_a_change_through_forgetting():
     rng = np.random.default_rng(1)
     model = RecursiveLeastSquares(1, forgetting=0.95)
@@ -132,15 +146,18 @@ def test_lbgr_learns_a_planted_per_worker_slowdown_and_routes_around_it(features
     requests = with_arrivals(pairs, poisson_arrivals(len(pairs), 8.0, seed=3))
     # queueing=none: the outstanding-count term would route around the slow worker on its
     # own; this test isolates what the residual model learns.
-    learned = LBGRRouter(2, service=base, features=features, queueing="none")
-    out = simulate(requests, learned, cache_tokens=8192, service=[base, slow])
     blind = simulate(requests, LBGRRouter(2, service=base, features=features, learn=False,
                                           queueing="none"),
                      cache_tokens=8192, service=[base, slow])
-    probe = learned.phi(0, 512, 0.0)
-    assert learned.models[1].predict(probe) > learned.models[0].predict(probe) + 0.05
-    assert out.per_worker_requests[1] < 0.5 * blind.per_worker_requests[1]
-    assert out.latency_p95 < 0.8 * blind.latency_p95
+    # confidence=0 uses the fit as it stands; the default 2 counts it only beyond two
+    # standard errors, and the slow worker, avoided, has few samples: it keeps less.
+    for confidence, share in ((0.0, 0.5), (2.0, 0.75)):
+        learned = LBGRRouter(2, service=base, features=features, queueing="none", confidence=confidence)
+        out = simulate(requests, learned, cache_tokens=8192, service=[base, slow])
+        probe = learned.phi(0, 512, 0.0)
+        assert learned.models[1].predict(probe) > learned.models[0].predict(probe) + 0.05
+        assert out.per_worker_requests[1] < share * blind.per_worker_requests[1]
+        assert out.latency_p95 < 0.8 * blind.latency_p95
 
 
 def test_lbgr_prefers_the_worker_holding_the_prefix_when_loads_are_equal():
@@ -218,6 +235,24 @@ def test_lbgr_little_keeps_a_prefix_where_the_paper_rule_moves_it():
     assert router.duplication(300, 2) == pytest.approx(0.9) and router.duplication(0, 2) == 0
     with pytest.raises(ValueError):
         LBGRRouter(1, queueing="bogus")
+
+
+def test_lbgr_places_an_unseen_prefix_by_routed_share_not_momentary_load():
+    """No worker holds the prefix: first_sight=index sends it to the worker with the fewest
+    routed tokens even though that worker is busier this second; first_sight=score goes by
+    the score (the less loaded worker)."""
+    service = ServiceModel(miss_s_per_token=1e-3, hit_s_per_token=0.0, decode_s_per_token=0.0,
+                           slots=4, prefill_slots=1)
+    picks = {}
+    for first_sight in ("index", "score"):
+        router = LBGRRouter(2, service=service, learn=False, first_sight=first_sight)
+        router.indexes[0].insert(BlockRequest((7, 8, 9), (100,) * 3))   # 300 routed tokens
+        router.indexes[1].insert(BlockRequest((5,), (100,)))            # 100
+        router.load = [0.0, 0.5]
+        picks[first_sight] = router.route(req(0, [1, 2]), 0.0, [1, 2])
+    assert picks == {"index": 1, "score": 0}
+    with pytest.raises(ValueError):
+        LBGRRouter(1, first_sight="bogus")
 
 
 def test_lbgr_little_keeps_groups_together_when_prefill_is_the_bottleneck():
@@ -377,7 +412,8 @@ def test_sim_route_cli_runs_and_rejects_bad_input(tmp_path):
     for bad in (["gsp:groups=0"], ["gsp", "--workers", "0"], ["gsp", "--routers", "nope"],
                 ["gsp", "--arrivals", "poisson:rate=-1"], ["gsp", "--policies", "opt"],
                 ["gsp", "--routers", "lbgr:features=x"], ["gsp", "--slots", "0"],
-                ["gsp", "--limit", "0"], ["gsp", "--seed", "-1"]):
+                ["gsp", "--limit", "0"], ["gsp", "--seed", "-1"],
+                ["gsp", "--routers", "cache_aware:defaults=0.2"]):
         out = lcr(*bad)
         assert out.returncode == 2, (bad, out.stderr)
         assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr

@@ -192,6 +192,17 @@ class LBGRRouter(Router):
     see ``duplication``), so an idle worker takes a request whose prefix is cached elsewhere
     only when the home's queue outweighs the request's prefill twice over.
 
+    ``first_sight``: where a prefix no worker holds goes. ``score`` (the paper's rule) by
+    the score, i.e. by the last second's load; ``index`` (the default under
+    ``queueing=little``) to the worker with the fewest routed tokens, cache_aware's rule:
+    the group's later requests follow its first one, so its placement sets a worker's
+    long-run share of load and cache, which the momentary load does not predict.
+
+    ``confidence``: the residual theta . phi counts only beyond this many of its standard
+    errors (``RecursiveLeastSquares.predict``; 0: as fitted, the paper's rule). Measured
+    live, a fit on a few dozen latencies that mostly reflect momentary queueing would
+    otherwise learn "this worker is slow" from noise and move groups off their home.
+
     ``record``: keep every decision's per-worker ``Score`` terms in ``decisions``.
     """
 
@@ -203,9 +214,18 @@ class LBGRRouter(Router):
                  features: str = "paper", forgetting: float = 0.992, decay: float = 31 / 32,
                  decay_interval: float = 0.02, hysteresis: float = 0.02, queueing: str = "little",
                  max_index_tokens: int | None = None, learn: bool = True, record: bool = False,
-                 duplicate_cost: bool = True):
+                 duplicate_cost: bool = True, first_sight: str | None = None, confidence: float = 2.0):
         super().__init__(workers, seed)
+        if confidence < 0:
+            raise LcrInputError(f"lbgr: confidence must be >= 0, got {confidence}")
+        self.confidence = confidence
         self.duplicate_cost = bool(duplicate_cost)
+        # The paper's rule places everything by its score; lcr's cluster-cost rule places
+        # unseen prefixes by routed share.
+        first_sight = first_sight or ("index" if queueing == "little" else "score")
+        if first_sight not in ("index", "score"):
+            raise LcrInputError(f"lbgr: first_sight must be index or score, got {first_sight!r}")
+        self.first_sight = first_sight
         if features not in self.FEATURES:
             raise LcrInputError(f"lbgr: features must be one of {', '.join(self.FEATURES)}, got {features!r}")
         if queueing not in self.QUEUEING:
@@ -264,7 +284,8 @@ class LBGRRouter(Router):
                 queueing = (self.service.occupancy(hit, miss, self._mean_output) * outstanding[worker]
                             + self.duplication(held - hit, outstanding[worker]))
             out.append(Score(cost=self.service.prefill(hit, miss) + self.service.decode(self._mean_output),
-                             load=self.load[worker], residual=self.models[worker].predict(phi),
+                             load=self.load[worker],
+                             residual=self.models[worker].predict(phi, self.confidence),
                              queueing=queueing, hit=hit, phi=phi))
         return out
 
@@ -284,7 +305,14 @@ class LBGRRouter(Router):
     def route(self, request, now, outstanding):
         alive = self.alive()
         estimates = self.estimates(request, now, outstanding)
-        best = min(alive, key=lambda w: estimates[w].score)
+        if self.first_sight == "index" and all(estimates[w].hit == 0 for w in alive):
+            # A prefix no worker holds: where it lands is where its group's later requests
+            # will follow it, so place it by each worker's long-run share of routed tokens
+            # (its index: cache_aware's rule), not by the last second's load; the score
+            # breaks ties.
+            best = min(alive, key=lambda w: (self.indexes[w].tokens, estimates[w].score))
+        else:
+            best = min(alive, key=lambda w: estimates[w].score)
         sticky = max(alive, key=lambda w: estimates[w].hit)
         if (estimates[sticky].hit > estimates[best].hit
                 and estimates[sticky].score - estimates[best].score <= self.hysteresis * abs(estimates[best].score)):
@@ -326,6 +354,29 @@ class LBGRRouter(Router):
         residual = flight.cost * math.exp(-self.decay_rate * (now - flight.routed_at))
         self.load[worker] = max(0.0, self.load[worker] - residual)
         return flight
+
+
+def moves_off_home(decisions) -> dict:
+    """Summary of recorded LBGR decisions (``LBGRRouter(record=True).decisions``): how many
+    requests went to a worker holding a shorter prefix than the longest any worker held,
+    and which score term decided each such move (the term by which the home worker's score
+    exceeded the chosen one's the most)."""
+    summary = {"decisions": 0, "no_match": 0, "home": 0, "moved": 0,
+               "moved_by": {"cost": 0, "load": 0, "residual": 0, "queueing": 0}}
+    for _, _, scores, chosen in decisions:
+        summary["decisions"] += 1
+        held = max(s.hit for s in scores)
+        if held == 0:
+            summary["no_match"] += 1
+            continue
+        if scores[chosen].hit == held:
+            summary["home"] += 1
+            continue
+        summary["moved"] += 1
+        home = next(s for s in scores if s.hit == held)
+        gaps = {term: getattr(home, term) - getattr(scores[chosen], term) for term in summary["moved_by"]}
+        summary["moved_by"][max(gaps, key=gaps.get)] += 1
+    return summary
 
 
 ROUTERS = {
