@@ -125,6 +125,14 @@ def test_rls_counts_a_prediction_only_beyond_its_standard_errors():
     assert noisy.predict(one) != 0 and noisy.predict(one, confidence=2.0) == 0.0
     assert steady.predict(one, confidence=2.0) == pytest.approx(0.3, abs=0.05)
     assert 0 < steady.predict(one, confidence=2.0) < steady.predict(one)
+    # LBGR reads its residual through it: at its default confidence the noisy fit adds nothing.
+    residuals = {}
+    for confidence in (0.0, 2.0):
+        router = LBGRRouter(1, features="intercept", learn=False, confidence=confidence)
+        router.models[0] = noisy
+        residuals[confidence] = router.estimates(req(0, [1]), 0.0)[0].residual
+    assert residuals[0.0] == noisy.predict(np.array([1.0])) != 0 and residuals[2.0] == 0.0
+    assert LBGRRouter(1).confidence == 2.0
 
 
 def test_rls_tracks_a_change_through_forgetting():
@@ -235,6 +243,25 @@ def test_lbgr_little_keeps_a_prefix_where_the_paper_rule_moves_it():
     assert router.duplication(300, 2) == pytest.approx(0.9) and router.duplication(0, 2) == 0
     with pytest.raises(ValueError):
         LBGRRouter(1, queueing="bogus")
+
+
+def test_recorded_lbgr_decisions_name_the_term_that_moved_a_request():
+    from lcr.route.routers import moves_off_home
+
+    service = ServiceModel(miss_s_per_token=1e-3, hit_s_per_token=0.0, decode_s_per_token=0.0,
+                           slots=4, prefill_slots=1)
+    router = LBGRRouter(2, service=service, learn=False, record=True)
+    router.indexes[0].insert(BlockRequest((1, 2, 3), (100,) * 3))
+    assert router.route(req(0, [9]), 0.0, [0, 0]) == 1              # nobody holds it
+    assert router.route(req(1, [1, 2, 3, 4]), 0.0, [1, 0]) == 0      # stays home
+    assert router.route(req(2, [1, 2, 3, 5]), 0.0, [8, 0]) == 1      # 8 queued behind: moves
+    router.load[1] = 5.0
+    assert router.route(req(3, [1, 2, 3, 6]), 0.0, [8, 0]) == 0      # unless worker 1 is loaded
+    summary = moves_off_home(router.decisions)
+    assert summary["decisions"] == 4 and summary["no_match"] == 1
+    assert summary["home"] == 2 and summary["moved"] == 1
+    assert summary["moved_by"] == {"cost": 0, "load": 0, "residual": 0, "queueing": 1}
+    assert [d[3] for d in router.decisions] == [1, 0, 1, 0]
 
 
 def test_lbgr_places_an_unseen_prefix_by_routed_share_not_momentary_load():
