@@ -9,9 +9,10 @@ router has.
 - ``random``, ``round_robin``: the baselines.
 - ``cache_aware``: SGLang router's policy (sglang-router 0.3.2's defaults, or 0.1.9's with
   ``defaults=0.1.9``): when the load is imbalanced (max - min outstanding > ``balance_abs``
-  and max > ``balance_rel`` x min) go to the least loaded worker; otherwise to the worker with the longest approximate prefix match
-  if its match rate exceeds ``cache_threshold``, else to the worker whose index is smallest
-  (the most free cache, as far as the router knows).
+  and max > ``balance_rel`` x min) go to the least loaded worker; otherwise to the worker
+  with the longest approximate prefix match if its match rate exceeds ``cache_threshold``,
+  else to the worker whose index is smallest (the most free cache, as far as the router
+  knows).
 - ``lbgr``: learning-based greedy routing (the RLT/LBGR paper): predicted latency
   E_i = Cost_i + P_i + theta_i . phi_i, with Cost_i from the approximate prefix match,
   P_i an exponentially decaying queue load and theta_i a per-worker recursive least
@@ -154,7 +155,8 @@ class Score:
     cost: float       # the request's own service time there: prefill of what misses + decode
     load: float       # P: the recent work routed there, decaying
     residual: float   # theta . phi: the learned correction
-    queueing: float   # queueing=little: the delay its work imposes on those already there
+    queueing: float   # queueing=little: the delay its work, and a second copy of its
+                      # prefix, impose on other requests
     hit: int          # prefix tokens the router believes that worker holds
     phi: np.ndarray
 
