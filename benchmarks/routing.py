@@ -1,23 +1,25 @@
 """Routers x KV policies on a simulated serving cluster (the RLT/LBGR paper's comparison).
 
-    python benchmarks/routing.py [--out benchmarks/results/routing.json] [--plot docs/routing/routing.png]
+    python benchmarks/routing.py [--sections rates,workers,...] [--rates 12,20,24]
+                                 [--out benchmarks/results/routing.json] [--plot docs/routing/routing.png]
 
 The paper's setup: SGLang's generated shared prefix with bench_serving's lengths (128 groups
 x 32 prompts, 2,048-token system prompt + 128-token question, 256 output tokens, groups
 shuffled) on workers whose prefill is compute-bound (one prompt prefilled at a time, decode
 batched over 64 running requests: PREFILL_BOUND), each with 32,768 cache tokens (4 workers
 hold half of the 262,144 distinct system-prompt tokens). Routers: round_robin, cache_aware
-(sglang-router 0.3.2's rule), LBGR with the paper's greedy rule (queueing=none) and with
+(sglang-router's rule with 0.3.2's defaults and with 0.1.9's), LBGR with the paper's greedy rule (queueing=none) and with
 lcr's queueing=little, each x {lru, rlt}; 3 arrival seeds, mean and spread (max - min).
 The 4-worker table adds LBGR and cache_aware whose index forgets past the worker's cache size
-(",capped").
-1. 4 workers at 12, 20 and 24 req/s (light, near saturation, overloaded).
-2. 2-10 workers at the paper's fixed 12 req/s.
-3. Skewed groups (bench_serving's zipf, alpha 1.0), 4 workers x 65,536 tokens, 28 req/s:
+(",capped") and ablations of LBGR's choices (first_sight=score, no_dup_cost, confidence=0).
+1. rates: 4 workers at 12, 20 and 24 req/s (light, near saturation, overloaded).
+2. workers: 2-10 workers at the paper's fixed 12 req/s (it only queues at 2 workers);
+   workers_scaled: 2-10 workers at 6 req/s per worker, so every size is loaded.
+3. zipf: skewed groups (bench_serving's zipf, alpha 1.0), 4 workers x 65,536 tokens, 28 req/s:
    the hot group's worker overloads and cache_aware's imbalance rule fires.
-4. The earlier setup, for contrast: 1,024-token prompts (prefix ratio 0.5), 128 output
+4. earlier: the earlier setup, for contrast: 1,024-token prompts (prefix ratio 0.5), 128 output
    tokens, every slot prefilling on its own (ServiceModel's defaults), 16,384 tokens, 10 req/s.
-5. Mooncake conversation requests with Azure conversation-trace arrivals (when ../shared/data
+5. mooncake: Mooncake conversation requests with Azure conversation-trace arrivals (when ../shared/data
    is present).
 All numbers are simulated seconds.
 """
@@ -39,8 +41,11 @@ from lcr.route.workload import (azure_arrivals, from_trace, poisson_arrivals, sh
                                 with_arrivals)
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
-ROUTERS = [("round_robin", {}), ("cache_aware", {}), ("lbgr", {"queueing": "none"}),
-           ("lbgr", {"queueing": "little"})]
+# cache_aware twice: sglang-router 0.3.2's defaults (installed) and 0.1.9's (the release
+# current when the paper ran its cache-aware baseline: it balances far more readily).
+ROUTERS = [("round_robin", {}), ("cache_aware", {}), ("cache_aware", {"defaults": "0.1.9"}),
+           ("lbgr", {"queueing": "none"}), ("lbgr", {"queueing": "little"})]
+SECTIONS = ("rates", "workers", "workers_scaled", "zipf", "earlier", "mooncake")
 POLICIES = ("lru", "rlt")
 SEEDS = (0, 1, 2)
 # Of the order of Llama-3.1-8B on one L40 (the paper's main hardware): 6,700 prefill tokens/s,
@@ -55,12 +60,21 @@ GSP = dict(prompt_tokens=2048 + 128, prefix_ratio=2048 / (2048 + 128), output_to
 # And cache_aware with its tree bounded likewise (sglang-router's default is 2^26 characters).
 CAPPED = [("lbgr", {"queueing": "none", "max_index_tokens": 32_768}),
           ("lbgr", {"queueing": "little", "max_index_tokens": 32_768}),
-          ("cache_aware", {"max_index_tokens": 32_768})]
+          ("cache_aware", {"max_index_tokens": 32_768}),
+          # Ablations of lcr's LBGR: unseen prefixes placed by score (momentary load) instead
+          # of routed share; no second-copy cost; the residual as fitted (confidence 0).
+          ("lbgr", {"queueing": "little", "first_sight": "score"}),
+          ("lbgr", {"queueing": "little", "duplicate_cost": False}),
+          ("lbgr", {"queueing": "little", "confidence": 0.0})]
 
 
 def label(name, params):
     tags = [params["queueing"]] if "queueing" in params else []
+    tags += [params["defaults"]] if "defaults" in params else []
     tags += ["capped"] if "max_index_tokens" in params else []
+    tags += ["first_sight=score"] if params.get("first_sight") == "score" else []
+    tags += ["no_dup_cost"] if params.get("duplicate_cost") is False else []
+    tags += ["confidence=0"] if params.get("confidence") == 0.0 else []
     return f"{name}:{','.join(tags)}" if tags else name
 
 
@@ -86,10 +100,10 @@ def cell(requests_for_seed, workers, cache_tokens, service, routers=ROUTERS):
 
 def print_rows(title, rows):
     print(f"\n## {title}")
-    print(f"{'router':<18} {'policy':<6} {'W':>3} {'hit rate':>14} {'TTFT p50':>9} {'TTFT p95':>15} "
+    print(f"{'router':<30} {'policy':<6} {'W':>3} {'hit rate':>14} {'TTFT p50':>9} {'TTFT p95':>15} "
           f"{'lat p50':>8} {'req/s':>6} {'CA bal':>7}")
     for r in rows:
-        print(f"{r['router']:<18} {r['policy']:<6} {r['workers']:>3} {r['hit_rate']:>7.4f} ({r['hit_rate_spread']:.3f}) "
+        print(f"{r['router']:<30} {r['policy']:<6} {r['workers']:>3} {r['hit_rate']:>7.4f} ({r['hit_rate_spread']:.3f}) "
               f"{r['ttft_p50']:>9.2f} {r['ttft_p95']:>8.2f} ({r['ttft_p95_spread']:.2f}) "
               f"{r['latency_p50']:>8.2f} {r['throughput']:>6.2f} {r['balanced']:>7.0f}", flush=True)
 
@@ -98,46 +112,72 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="benchmarks/results/routing.json")
     parser.add_argument("--plot", default="docs/routing/routing.png")
+    parser.add_argument("--sections", default=",".join(SECTIONS),
+                        help=f"comma-separated, from {', '.join(SECTIONS)} (default: all)")
+    parser.add_argument("--rates", default="12,20,24", help="arrival rates of the 4-worker section")
+    parser.add_argument("--per-worker-rate", type=float, default=6.0,
+                        help="req/s per worker of the workers_scaled section")
     args = parser.parse_args()
+    sections = [x for x in args.sections.split(",") if x]
+    unknown = set(sections) - set(SECTIONS)
+    if unknown:
+        parser.error(f"--sections: unknown {', '.join(sorted(unknown))}; valid: {', '.join(SECTIONS)}")
     started = time.time()
-    result = {"service": PREFILL_BOUND.__dict__, "gsp": GSP, "seeds": list(SEEDS)}
+    result = {"service": PREFILL_BOUND.__dict__, "gsp": GSP, "seeds": list(SEEDS), "sections": sections}
     gsp = {seed: shared_prefix(seed=seed, **GSP) for seed in SEEDS}
 
     def poisson(pairs, rate):
         return lambda seed: with_arrivals(pairs[seed], poisson_arrivals(len(pairs[seed]), rate, seed))
 
-    paper = []
-    for rate in (12.0, 20.0, 24.0):
-        rows = cell(poisson(gsp, rate), 4, 32_768, PREFILL_BOUND, ROUTERS + CAPPED)
-        for r in rows:
-            r["rate"] = rate
-        print_rows(f"GSP, 4 workers x 32,768 tokens, prefill-bound, Poisson {rate:g} req/s", rows)
-        paper += rows
-    result["gsp_rates"] = paper
+    def over_workers(rate_for):
+        rows = []
+        for workers in (2, 4, 6, 8, 10):
+            rate = rate_for(workers)
+            cell_rows = cell(poisson(gsp, rate), workers, 32_768, PREFILL_BOUND)
+            for r in cell_rows:
+                r["rate"] = rate
+            print_rows(f"GSP, {workers} workers x 32,768 tokens, prefill-bound, Poisson {rate:g} req/s",
+                       cell_rows)
+            rows += cell_rows
+        return rows
 
-    scaling = []
-    for workers in (2, 4, 6, 8, 10):
-        rows = cell(poisson(gsp, 12.0), workers, 32_768, PREFILL_BOUND)
-        for r in rows:
-            r["rate"] = 12.0
-        print_rows(f"GSP, {workers} workers x 32,768 tokens, prefill-bound, Poisson 12 req/s", rows)
-        scaling += rows
-    result["gsp_workers"] = scaling
+    paper = scaling = None
+    if "rates" in sections:
+        paper = []
+        for rate in (float(x) for x in args.rates.split(",") if x):
+            rows = cell(poisson(gsp, rate), 4, 32_768, PREFILL_BOUND, ROUTERS + CAPPED)
+            for r in rows:
+                r["rate"] = rate
+            print_rows(f"GSP, 4 workers x 32,768 tokens, prefill-bound, Poisson {rate:g} req/s", rows)
+            paper += rows
+        result["gsp_rates"] = paper
+        print_relative(paper, "rate")
+    if "workers" in sections:
+        scaling = over_workers(lambda workers: 12.0)
+        result["gsp_workers"] = scaling
+        print_relative(scaling, "workers")
+    if "workers_scaled" in sections:
+        rows = over_workers(lambda workers: args.per_worker_rate * workers)
+        result["gsp_workers_scaled"] = rows
+        print_relative(rows, "workers")
 
-    zipf = {seed: shared_prefix(seed=seed, zipf_alpha=1.0, **GSP) for seed in SEEDS}
-    rows = cell(poisson(zipf, 28.0), 4, 65_536, PREFILL_BOUND)
-    print_rows("GSP with zipf(1.0) groups, 4 workers x 65,536 tokens, prefill-bound, Poisson 28 req/s", rows)
-    result["gsp_zipf"] = rows
+    if "zipf" in sections:
+        zipf = {seed: shared_prefix(seed=seed, zipf_alpha=1.0, **GSP) for seed in SEEDS}
+        rows = cell(poisson(zipf, 28.0), 4, 65_536, PREFILL_BOUND)
+        print_rows("GSP with zipf(1.0) groups, 4 workers x 65,536 tokens, prefill-bound, Poisson 28 req/s",
+                   rows)
+        result["gsp_zipf"] = rows
 
-    earlier = {seed: shared_prefix(seed=seed) for seed in SEEDS}
-    rows = cell(poisson(earlier, 10.0), 4, 16_384, ServiceModel())
-    print_rows("Earlier setup: GSP 1,024-token prompts (ratio 0.5), 128 output tokens, "
-               "parallel prefill (ServiceModel defaults), 4 x 16,384 tokens, 10 req/s", rows)
-    result["gsp_parallel_prefill"] = rows
+    if "earlier" in sections:
+        earlier = {seed: shared_prefix(seed=seed) for seed in SEEDS}
+        rows = cell(poisson(earlier, 10.0), 4, 16_384, ServiceModel())
+        print_rows("Earlier setup: GSP 1,024-token prompts (ratio 0.5), 128 output tokens, "
+                   "parallel prefill (ServiceModel defaults), 4 x 16,384 tokens, 10 req/s", rows)
+        result["gsp_parallel_prefill"] = rows
 
     mooncake = DATA / "kv" / "mooncake_conversation_trace.jsonl"
     azure = DATA / "serving" / "AzureLLMInferenceTrace_conv.csv"
-    if mooncake.exists() and azure.exists():
+    if "mooncake" in sections and mooncake.exists() and azure.exists():
         from lcr.traces import load_trace
         # load_trace's limit counts block references, not requests: slice requests instead.
         pairs = from_trace(load_trace(str(mooncake)), 512)[:3000]
@@ -149,10 +189,21 @@ def main() -> int:
     result["seconds"] = time.time() - started
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1))
-    if args.plot:
+    if args.plot and paper and scaling:
         plot(paper, scaling, args.plot)
     print(f"\n{result['seconds']:.0f} s; wrote {args.out}")
     return 0
+
+
+def print_relative(rows, key):
+    """LBGR (queueing=little) + RLT's hit rate relative to cache_aware + LRU, for each
+    cache_aware default set: the paper's headline comparison."""
+    print(f"\nLBGR little + rlt hit rate relative to cache_aware + lru, by {key}")
+    for value in dict.fromkeys(r[key] for r in rows):
+        mine = {(r["router"], r["policy"]): r["hit_rate"] for r in rows if r[key] == value}
+        lbgr = mine[("lbgr:little", "rlt")]
+        parts = [f"vs {ca} {lbgr / mine[(ca, 'lru')] - 1:+.1%}" for ca in ("cache_aware", "cache_aware:0.1.9")]
+        print(f"  {key} {value:g}: " + ", ".join(parts))
 
 
 def plot(paper, scaling, path):

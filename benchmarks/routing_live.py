@@ -1,16 +1,21 @@
 """lcr serve-router against the real sglang-router, on real SGLang CPU workers.
 
-    python benchmarks/routing_live.py [--workers 2] [--repeats 3] [--out benchmarks/results/routing_live.json]
+    python benchmarks/routing_live.py [--workers 2] [--repeats 3] [--model tiny|small]
+        [--sglang-router-019 DIR] [--out benchmarks/results/routing_live.json]
 
-Starts W SGLang workers (the tiny random Llama of the CPU end-to-end test, small KV pools,
-stock LRU), then for every repeat and every router, interleaved: flushes the workers'
-caches, starts the router, replays a generated shared-prefix workload as text prompts with a
-fixed number of clients in flight, and stops the router. Routers: lcr's lbgr, cache_aware
-and round_robin (`lcr serve-router`) and sglang-router's cache_aware and round_robin
-(`python -m sglang_router.launch_router`). Reports the cluster's cached-token ratio (from
+Starts W SGLang workers (a random Llama of the CPU end-to-end test, tests/sglang_e2e_model.py's
+SIZES, small KV pools, stock LRU), then for every repeat and every router, interleaved:
+flushes the workers' caches, starts the router, replays a generated shared-prefix workload
+as text prompts with a fixed number of clients in flight, and stops the router. Routers:
+lcr's lbgr, cache_aware and round_robin (`lcr serve-router`), sglang-router's cache_aware
+and round_robin (`python -m sglang_router.launch_router`, the installed 0.3.2), and, named
+`sglang019:cache_aware`, sglang-router 0.1.9 (its defaults are the paper's baseline's) from a
+directory given by --sglang-router-019 (`pip install --no-deps --target DIR
+sglang-router==0.1.9`; a cp311 wheel). Reports the cluster's cached-token ratio (from
 SGLang's own meta_info), TTFT p50/p99 (first streamed chunk), latency p50, req/s and, for
-lcr, routing time per request. On a shared CPU machine the times are noisy: read the
-spread across repeats before the means.
+lcr, routing time per request and, for lbgr, how many requests left the worker holding
+their prefix and which score term moved them. On a shared CPU machine the times are noisy:
+read the spread across repeats before the means.
 """
 from __future__ import annotations
 
@@ -41,8 +46,8 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def env() -> dict:
-    paths = [str(REPO / "tests" / "sglang_stubs"), str(REPO), os.environ.get("PYTHONPATH", "")]
+def env(first: str | None = None) -> dict:
+    paths = [first, str(REPO / "tests" / "sglang_stubs"), str(REPO), os.environ.get("PYTHONPATH", "")]
     return {**os.environ, "SGLANG_USE_CPU_ENGINE": "1", "PYTHONPATH": os.pathsep.join(filter(None, paths))}
 
 
@@ -59,8 +64,8 @@ def wait_http(url: str, proc: subprocess.Popen, timeout: float, log: Path) -> No
     raise RuntimeError(f"{url} not ready:\n{log.read_text()[-2000:]}")
 
 
-def start(cmd: list[str], log: Path) -> subprocess.Popen:
-    return subprocess.Popen(cmd, env=env(), stdout=log.open("w"), stderr=subprocess.STDOUT,
+def start(cmd: list[str], log: Path, path_first: str | None = None) -> subprocess.Popen:
+    return subprocess.Popen(cmd, env=env(path_first), stdout=log.open("w"), stderr=subprocess.STDOUT,
                             start_new_session=True)
 
 
@@ -141,21 +146,30 @@ def calibrate(urls: list[str], prompts: list[str], samples: int = 3) -> tuple[fl
 
 
 def run_router(name: str, urls: list[str], prompts: list[str], clients: int, max_new: int, logs: Path,
-               service_flags: list[str]) -> dict:
+               service_flags: list[str], sglang_019: str | None = None) -> dict:
     kind, policy = name.split(":", 1)   # lcr routers may carry parameters: lcr:lbgr:queueing=none
     port = free_port()
+    path_first = None
     if kind == "lcr":
         # The CPU workers' prefill is compute-bound: one prompt at a time (--prefill-slots 1).
         # LBGR's index is not capped at the pool (--cache-tokens): measured live, the cap
-        # lowered its cached ratio (docs/routing.md).
+        # lowered its cached ratio (docs/routing.md). LBGR records its decisions, so the
+        # run reports what moved requests off the worker holding their prefix.
+        router = policy + (";record=1" if ":" in policy else ":record=1") if policy.startswith("lbgr") else policy
         cmd = [sys.executable, "-m", "lcr", "serve-router", "--worker-urls", ",".join(urls),
-               "--router", policy, "--port", str(port), "--prefill-slots", "1", *service_flags]
-    else:
+               "--router", router, "--port", str(port), "--prefill-slots", "1", *service_flags]
+    elif kind in ("sglang", "sglang019"):
+        if kind == "sglang019":
+            if not sglang_019:
+                raise SystemExit("sglang019:... needs --sglang-router-019 DIR")
+            path_first = sglang_019
         cmd = [sys.executable, "-m", "sglang_router.launch_router", "--worker-urls", *urls,
                "--policy", policy, "--port", str(port), "--host", "127.0.0.1",
                "--prometheus-port", str(free_port())]   # its default 29000 may be taken
+    else:
+        raise SystemExit(f"unknown router kind {kind!r} in {name!r}: lcr, sglang or sglang019")
     log = logs / f"router-{kind}-{policy}.log"
-    proc = start(cmd, log)
+    proc = start(cmd, log, path_first)
     url = f"http://127.0.0.1:{port}"
     try:
         wait_http(url + "/health", proc, 120, log)
@@ -164,17 +178,18 @@ def run_router(name: str, urls: list[str], prompts: list[str], clients: int, max
         with ThreadPoolExecutor(clients) as pool:
             results = list(pool.map(lambda text: one_request(url, text, max_new), prompts))
         elapsed = time.perf_counter() - started
-        overhead = None
+        overhead = moves = None
         if kind == "lcr":
             with urllib.request.urlopen(url + "/lcr/metrics", timeout=10) as reply:
-                overhead = json.loads(reply.read())["route_us_per_request"]
+                metrics = json.loads(reply.read())
+            overhead, moves = metrics["route_us_per_request"], metrics.get("lbgr_moves")
     finally:
         stop(proc)
     ttft = np.array([r["ttft"] for r in results])
     return {"router": name, "cached_ratio": sum(r["cached"] for r in results) / max(1, sum(r["prompt"] for r in results)),
             "ttft_p50": float(np.percentile(ttft, 50)), "ttft_p99": float(np.percentile(ttft, 99)),
             "latency_p50": float(np.median([r["latency"] for r in results])),
-            "req_per_s": len(results) / elapsed, "route_us": overhead}
+            "req_per_s": len(results) / elapsed, "route_us": overhead, "lbgr_moves": moves}
 
 
 def main() -> int:
@@ -186,6 +201,10 @@ def main() -> int:
     parser.add_argument("--pool-tokens", type=int, default=2048, help="KV pool per worker")
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--max-new-tokens", type=int, default=4)
+    parser.add_argument("--model", default="tiny", help="tests/sglang_e2e_model.py SIZES: tiny or small")
+    parser.add_argument("--prefix-words", type=int, default=300, help="words of each group's shared prefix")
+    parser.add_argument("--suffix-words", type=int, default=100, help="words of each prompt's own part")
+    parser.add_argument("--sglang-router-019", help="a --target directory holding sglang-router 0.1.9")
     parser.add_argument("--routers", default=",".join(ROUTERS))
     parser.add_argument("--calibrate", action="store_true",
                         help="measure the workers' prefill cost per token first and give it to lcr's routers")
@@ -194,7 +213,7 @@ def main() -> int:
     from sglang_e2e_model import build_tiny_llama
 
     logs = Path(tempfile.mkdtemp(prefix="lcr-routing-live-"))
-    model = build_tiny_llama(logs / "tiny-llama")
+    model = build_tiny_llama(logs / f"{args.model}-llama", size=args.model)
     workers, urls = [], []
     for i in range(args.workers):
         port = free_port()
@@ -207,7 +226,8 @@ def main() -> int:
     try:
         for i, url in enumerate(urls):
             wait_http(url + "/health", workers[i], 900, logs / f"worker{i}.log")
-        prompts = workload(args.groups, args.prompts, prefix_words=300, suffix_words=100)
+        prompts = workload(args.groups, args.prompts, prefix_words=args.prefix_words,
+                           suffix_words=args.suffix_words)
         names = [n for n in args.routers.split(",") if n]
         if args.calibrate:
             miss, hit = calibrate(urls, prompts)
@@ -218,7 +238,7 @@ def main() -> int:
             for name in (names if repeat % 2 == 0 else names[::-1]):
                 flush(urls)
                 row = run_router(name, urls, prompts, args.clients, args.max_new_tokens, logs,
-                                 service_flags)
+                                 service_flags, args.sglang_router_019)
                 row["repeat"] = repeat
                 rows.append(row)
                 print(json.dumps(row), flush=True)
@@ -240,6 +260,13 @@ def main() -> int:
               f"{s['ttft_p50'][0]:>8.3f}±{s['ttft_p50'][1] / 2:.3f} {s['ttft_p99'][0]:>8.3f}±{s['ttft_p99'][1] / 2:.3f} "
               f"{s['req_per_s'][0]:>6.2f}±{s['req_per_s'][1] / 2:.2f} "
               f"{'' if s['route_us'] is None else format(s['route_us'], '9.0f')}")
+        s["per_repeat"] = {k: [round(r[k], 3) for r in mine] for k in ("cached_ratio", "ttft_p50")}
+        print(f"{'':<22} per repeat: cached {s['per_repeat']['cached_ratio']}, TTFT p50 {s['per_repeat']['ttft_p50']}")
+        moves = [r["lbgr_moves"] for r in mine if r.get("lbgr_moves")]
+        if moves:
+            s["lbgr_moves"] = moves
+            print(f"{'':<22} moved off the prefix's worker: {[m['moved'] for m in moves]} of "
+                  f"{[m['decisions'] for m in moves]}; by term {[m['moved_by'] for m in moves]}")
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     Path(args.out).write_text(json.dumps({"args": vars(args), "service_flags": service_flags, "rows": rows,
                                           "summary": summary}, indent=1))

@@ -69,6 +69,38 @@ def test_cache_aware_balances_only_past_both_thresholds():
     assert router.route(req(2, [1, 2]), 0.0, [200, 135]) == 0
 
 
+def test_cache_aware_presets_are_sglang_routers_defaults_of_each_release():
+    """0.1.9's thresholds (0.5, 32, 1.0001) balance where 0.3.2's (0.3, 64, 1.5) follow the
+    cache, and need a longer match to follow it; explicit values override a preset."""
+    def pick(defaults, outstanding, matched=3, blocks=5, **params):
+        router = make_router("cache_aware", 2, defaults=defaults, **params)
+        router.indexes[0].insert(BlockRequest(tuple(range(1, matched + 1)), (100,) * matched))
+        router.indexes[1].insert(BlockRequest((90,), (100,)))   # worker 1: the smaller index
+        return router.route(req(0, list(range(1, blocks + 1))), 0.0, outstanding)
+
+    # Worker 0 holds 3 of the 5 blocks (0.6 matched) unless said otherwise.
+    assert pick("0.3.2", [100, 60]) == 0            # 40 apart: not > 64, so the cache wins
+    assert pick("0.3.2", [100, 36]) == 0            # 64 is not > 64
+    assert pick("0.3.2", [100, 35]) == 1
+    assert pick("0.3.2", [200, 135]) == 0           # 65 > 64 but 200 <= 1.5 x 135
+    assert pick("0.3.2", [200, 130]) == 1
+    assert pick("0.1.9", [100, 60]) == 1            # 40 > 32 and 100 > 60 x 1.0001: balance
+    assert pick("0.1.9", [64, 32]) == 0             # 32 is not > 32
+    assert pick("0.1.9", [65, 32]) == 1
+    assert pick("0.1.9", [400_033, 400_000]) == 0   # 33 apart but 400,033 <= 1.0001 x 400,000
+    assert pick("0.1.9", [400_033, 400_000], balance_rel=1.0) == 1
+    assert pick("0.3.2", [0, 0], matched=2) == 0    # 2/5 = 0.4 > 0.3: the match
+    assert pick("0.3.2", [0, 0], matched=3, blocks=10) == 1   # exactly 0.3 is not > 0.3
+    assert pick("0.1.9", [0, 0], matched=2) == 1    # 0.4 <= 0.5: the smaller index
+    assert pick("0.1.9", [0, 0], matched=3) == 0    # 0.6 > 0.5
+    assert pick("0.1.9", [0, 0], matched=5, blocks=10) == 1   # exactly 0.5 is not > 0.5
+    assert pick("0.1.9", [0, 0], matched=2, cache_threshold=0.3) == 0
+    assert make_router("cache_aware", 2).defaults == "0.3.2"
+    for bad in ({"defaults": "0.2"}, {"defaults": 0.1}, {"cache_threshold": 1.5}, {"balance_rel": 0.5}):
+        with pytest.raises(ValueError):
+            make_router("cache_aware", 2, **bad)
+
+
 # --- LBGR ---------------------------------------------------------------------------------
 
 def test_rls_recovers_planted_coefficients():
@@ -79,6 +111,28 @@ def test_rls_recovers_planted_coefficients():
         phi = rng.uniform(0, 1, 3)
         model.update(phi, float(truth @ phi + rng.normal(0, 0.01)))
     assert np.allclose(model.theta, truth, atol=0.05)
+
+
+def test_rls_counts_a_prediction_only_beyond_its_standard_errors():
+    """Few noisy samples: shrunk to nothing at 2 standard errors; many consistent ones: kept."""
+    rng = np.random.default_rng(2)
+    noisy, steady = RecursiveLeastSquares(1), RecursiveLeastSquares(1)
+    for _ in range(5):
+        noisy.update(np.array([0.3]), 0.3 + rng.normal(0, 0.5))
+    for _ in range(300):
+        steady.update(np.array([0.3]), 0.3 + rng.normal(0, 0.05))
+    one = np.array([0.3])
+    assert noisy.predict(one) != 0 and noisy.predict(one, confidence=2.0) == 0.0
+    assert steady.predict(one, confidence=2.0) == pytest.approx(0.3, abs=0.05)
+    assert 0 < steady.predict(one, confidence=2.0) < steady.predict(one)
+    # LBGR reads its residual through it: at its default confidence the noisy fit adds nothing.
+    residuals = {}
+    for confidence in (0.0, 2.0):
+        router = LBGRRouter(1, features="intercept", learn=False, confidence=confidence)
+        router.models[0] = noisy
+        residuals[confidence] = router.estimates(req(0, [1]), 0.0)[0].residual
+    assert residuals[0.0] == noisy.predict(np.array([1.0])) != 0 and residuals[2.0] == 0.0
+    assert LBGRRouter(1).confidence == 2.0
 
 
 def test_rls_tracks_a_change_through_forgetting():
@@ -100,15 +154,18 @@ def test_lbgr_learns_a_planted_per_worker_slowdown_and_routes_around_it(features
     requests = with_arrivals(pairs, poisson_arrivals(len(pairs), 8.0, seed=3))
     # queueing=none: the outstanding-count term would route around the slow worker on its
     # own; this test isolates what the residual model learns.
-    learned = LBGRRouter(2, service=base, features=features, queueing="none")
-    out = simulate(requests, learned, cache_tokens=8192, service=[base, slow])
     blind = simulate(requests, LBGRRouter(2, service=base, features=features, learn=False,
                                           queueing="none"),
                      cache_tokens=8192, service=[base, slow])
-    probe = learned.phi(0, 512, 0.0)
-    assert learned.models[1].predict(probe) > learned.models[0].predict(probe) + 0.05
-    assert out.per_worker_requests[1] < 0.5 * blind.per_worker_requests[1]
-    assert out.latency_p95 < 0.8 * blind.latency_p95
+    # confidence=0 uses the fit as it stands; the default 2 counts it only beyond two
+    # standard errors, and the slow worker, avoided, has few samples: it keeps less.
+    for confidence, share in ((0.0, 0.5), (2.0, 0.75)):
+        learned = LBGRRouter(2, service=base, features=features, queueing="none", confidence=confidence)
+        out = simulate(requests, learned, cache_tokens=8192, service=[base, slow])
+        probe = learned.phi(0, 512, 0.0)
+        assert learned.models[1].predict(probe) > learned.models[0].predict(probe) + 0.05
+        assert out.per_worker_requests[1] < share * blind.per_worker_requests[1]
+        assert out.latency_p95 < 0.8 * blind.latency_p95
 
 
 def test_lbgr_prefers_the_worker_holding_the_prefix_when_loads_are_equal():
@@ -163,18 +220,66 @@ def test_lbgr_little_keeps_a_prefix_where_the_paper_rule_moves_it():
         router.load = [0.5, 0.0]     # hit saves 0.3 s, worker 0 is 0.5 s more loaded
         picks[queueing] = router.route(request, 0.0, [3, 3])
     assert picks == {"none": 1, "little": 0}
-    # Nothing in flight anywhere: the two rules agree (own latency only).
+    # Nothing in flight anywhere: own latency (0.1 + 0.5 s at home, 0.4 s at worker 1) plus,
+    # at worker 1, the 0.3 s a second copy of the prefix costs later: it stays. Without the
+    # copy's cost the rule is the paper's here (own latency only) and moves it.
+    for duplicate_cost, expected in ((True, 0), (False, 1)):
+        router = LBGRRouter(2, service=service, learn=False, queueing="little", duplicate_cost=duplicate_cost)
+        router.indexes[0].insert(BlockRequest((1, 2, 3), (100,) * 3))
+        router.load = [0.5, 0.0]
+        assert router.route(request, 0.0, [0, 0]) == expected
+    # The prefix's worker is busy and the other idle: a miss there delays no one, but its
+    # second copy of the 300 prefix tokens costs a later request 0.3 s of prefill. At home
+    # 0.1 s own + 0.1 s x 5 behind = 0.6 s, at worker 1 0.4 s own + 0.3 s copy = 0.7 s: the
+    # request stays; with 8 behind (0.9 s) it moves; without the copy's cost it moves at 5.
+    def pick(behind, **params):
+        router = LBGRRouter(2, service=service, learn=False, queueing="little", **params)
+        router.indexes[0].insert(BlockRequest((1, 2, 3), (100,) * 3))
+        return router.route(request, 0.0, [behind, 0])
+
+    assert (pick(5), pick(8), pick(5, duplicate_cost=False)) == (0, 1, 1)
+    # The copy's later miss queues behind those at its worker too: 2 there make it 0.3 x 3.
     router = LBGRRouter(2, service=service, learn=False, queueing="little")
-    router.indexes[0].insert(BlockRequest((1, 2, 3), (100,) * 3))
-    router.load = [0.5, 0.0]
-    assert router.route(request, 0.0, [0, 0]) == 1
-    # The prefix's worker is busy and the other idle: a miss there delays no one, so the
-    # request goes there (0.1 s own + 0.1 s x 6 behind at worker 0, against 0.4 s at worker 1).
-    router = LBGRRouter(2, service=service, learn=False, queueing="little")
-    router.indexes[0].insert(BlockRequest((1, 2, 3), (100,) * 3))
-    assert router.route(request, 0.0, [6, 0]) == 1
+    assert router.duplication(300, 2) == pytest.approx(0.9) and router.duplication(0, 2) == 0
     with pytest.raises(ValueError):
         LBGRRouter(1, queueing="bogus")
+
+
+def test_recorded_lbgr_decisions_name_the_term_that_moved_a_request():
+    from lcr.route.routers import moves_off_home
+
+    service = ServiceModel(miss_s_per_token=1e-3, hit_s_per_token=0.0, decode_s_per_token=0.0,
+                           slots=4, prefill_slots=1)
+    router = LBGRRouter(2, service=service, learn=False, record=True)
+    router.indexes[0].insert(BlockRequest((1, 2, 3), (100,) * 3))
+    assert router.route(req(0, [9]), 0.0, [0, 0]) == 1              # nobody holds it
+    assert router.route(req(1, [1, 2, 3, 4]), 0.0, [1, 0]) == 0      # stays home
+    assert router.route(req(2, [1, 2, 3, 5]), 0.0, [8, 0]) == 1      # 8 queued behind: moves
+    router.load[1] = 5.0
+    assert router.route(req(3, [1, 2, 3, 6]), 0.0, [8, 0]) == 0      # unless worker 1 is loaded
+    summary = moves_off_home(router.decisions)
+    assert summary["decisions"] == 4 and summary["no_match"] == 1
+    assert summary["home"] == 2 and summary["moved"] == 1
+    assert summary["moved_by"] == {"cost": 0, "load": 0, "residual": 0, "queueing": 1}
+    assert [d[3] for d in router.decisions] == [1, 0, 1, 0]
+
+
+def test_lbgr_places_an_unseen_prefix_by_routed_share_not_momentary_load():
+    """No worker holds the prefix: first_sight=index sends it to the worker with the fewest
+    routed tokens even though that worker is busier this second; first_sight=score goes by
+    the score (the less loaded worker)."""
+    service = ServiceModel(miss_s_per_token=1e-3, hit_s_per_token=0.0, decode_s_per_token=0.0,
+                           slots=4, prefill_slots=1)
+    picks = {}
+    for first_sight in ("index", "score"):
+        router = LBGRRouter(2, service=service, learn=False, first_sight=first_sight)
+        router.indexes[0].insert(BlockRequest((7, 8, 9), (100,) * 3))   # 300 routed tokens
+        router.indexes[1].insert(BlockRequest((5,), (100,)))            # 100
+        router.load = [0.0, 0.5]
+        picks[first_sight] = router.route(req(0, [1, 2]), 0.0, [1, 2])
+    assert picks == {"index": 1, "score": 0}
+    with pytest.raises(ValueError):
+        LBGRRouter(1, first_sight="bogus")
 
 
 def test_lbgr_little_keeps_groups_together_when_prefill_is_the_bottleneck():
@@ -334,7 +439,8 @@ def test_sim_route_cli_runs_and_rejects_bad_input(tmp_path):
     for bad in (["gsp:groups=0"], ["gsp", "--workers", "0"], ["gsp", "--routers", "nope"],
                 ["gsp", "--arrivals", "poisson:rate=-1"], ["gsp", "--policies", "opt"],
                 ["gsp", "--routers", "lbgr:features=x"], ["gsp", "--slots", "0"],
-                ["gsp", "--limit", "0"], ["gsp", "--seed", "-1"]):
+                ["gsp", "--limit", "0"], ["gsp", "--seed", "-1"],
+                ["gsp", "--routers", "cache_aware:defaults=0.2"]):
         out = lcr(*bad)
         assert out.returncode == 2, (bad, out.stderr)
         assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr

@@ -30,7 +30,8 @@ def register(subparsers) -> None:
                         "generator spec (online_qa:..., aibrix:...)")
     p.add_argument("--routers", default="random,round_robin,cache_aware,lbgr",
                    help=f"comma-separated, from {', '.join(ROUTERS)}; parameters after ':' "
-                        "separated by ';', e.g. lbgr:features=intercept;hysteresis=0.1")
+                        "separated by ';', e.g. lbgr:features=intercept;hysteresis=0.1 or "
+                        "cache_aware:defaults=0.1.9 (sglang-router 0.1.9's thresholds)")
     p.add_argument("--policies", default="lru,rlt", help=f"KV cache policies, from {', '.join(KV_POLICIES)}")
     p.add_argument("--workers", default="4", help="worker counts, e.g. 2,4,8,10")
     p.add_argument("--cache-tokens", default="16384", help="KV cache tokens per worker (comma-separated)")

@@ -7,11 +7,12 @@ number of requests each worker holds (queued or running), the load signal every 
 router has.
 
 - ``random``, ``round_robin``: the baselines.
-- ``cache_aware``: SGLang router's policy (sglang-router 0.3.2 defaults): when the load is
-  imbalanced (max - min outstanding > ``balance_abs`` and max > ``balance_rel`` x min) go to
-  the least loaded worker; otherwise to the worker with the longest approximate prefix match
-  if its match rate exceeds ``cache_threshold``, else to the worker whose index is smallest
-  (the most free cache, as far as the router knows).
+- ``cache_aware``: SGLang router's policy (sglang-router 0.3.2's defaults, or 0.1.9's with
+  ``defaults=0.1.9``): when the load is imbalanced (max - min outstanding > ``balance_abs``
+  and max > ``balance_rel`` x min) go to the least loaded worker; otherwise to the worker
+  with the longest approximate prefix match if its match rate exceeds ``cache_threshold``,
+  else to the worker whose index is smallest (the most free cache, as far as the router
+  knows).
 - ``lbgr``: learning-based greedy routing (the RLT/LBGR paper): predicted latency
   E_i = Cost_i + P_i + theta_i . phi_i, with Cost_i from the approximate prefix match,
   P_i an exponentially decaying queue load and theta_i a per-worker recursive least
@@ -94,14 +95,36 @@ class RoundRobinRouter(Router):
 
 
 class CacheAwareRouter(Router):
-    name = "cache_aware"
+    """``defaults`` picks the sglang-router release whose default thresholds apply; explicit
+    ``cache_threshold``, ``balance_abs``, ``balance_rel`` override them. ``0.3.2`` (the
+    installed release, the thresholds since 0.2.0) balances only past a large imbalance;
+    ``0.1.9`` (the last release before 0.2.0, August 2025, current when the RLT/LBGR paper
+    ran its cache-aware baseline) balances as soon as the outstanding counts differ by more
+    than 32, and needs a match over half the prompt to follow the cache."""
 
-    def __init__(self, workers: int, seed: int = 0, cache_threshold: float = 0.3,
-                 balance_abs: int = 64, balance_rel: float = 1.5, max_index_tokens: int | None = None):
+    name = "cache_aware"
+    # sglang-router's RouterArgs defaults (cache_threshold, balance_abs_threshold,
+    # balance_rel_threshold). Their tree bound (max_tree_size: 2^24 characters in 0.1.9,
+    # 2^26 since 0.2.0) is never reached by the workloads here, so the index is unbounded
+    # unless max_index_tokens is given.
+    DEFAULTS = {"0.3.2": {"cache_threshold": 0.3, "balance_abs": 64, "balance_rel": 1.5},
+                "0.1.9": {"cache_threshold": 0.5, "balance_abs": 32, "balance_rel": 1.0001}}
+
+    def __init__(self, workers: int, seed: int = 0, defaults: str = "0.3.2",
+                 cache_threshold: float | None = None, balance_abs: int | None = None,
+                 balance_rel: float | None = None, max_index_tokens: int | None = None):
         super().__init__(workers, seed)
-        self.cache_threshold = cache_threshold
-        self.balance_abs = balance_abs
-        self.balance_rel = balance_rel
+        preset = self.DEFAULTS.get(str(defaults))
+        if preset is None:
+            raise LcrInputError(f"cache_aware: defaults must be one of {', '.join(self.DEFAULTS)} "
+                                f"(sglang-router releases), got {defaults!r}")
+        self.defaults = str(defaults)
+        self.cache_threshold = preset["cache_threshold"] if cache_threshold is None else cache_threshold
+        self.balance_abs = preset["balance_abs"] if balance_abs is None else balance_abs
+        self.balance_rel = preset["balance_rel"] if balance_rel is None else balance_rel
+        if not 0 <= self.cache_threshold <= 1 or self.balance_abs < 0 or self.balance_rel < 1:
+            raise LcrInputError("cache_aware: cache_threshold must be in [0, 1], balance_abs >= 0 "
+                                "and balance_rel >= 1")
         self.indexes = [ApproxPrefixIndex(max_index_tokens) for _ in range(workers)]
         self.balanced = 0   # decisions the load-imbalance rule made (a measurement)
 
@@ -124,6 +147,22 @@ class CacheAwareRouter(Router):
                 worker = min(alive, key=lambda w: self.indexes[w].tokens)
         self.indexes[worker].insert(request.request)
         return worker
+
+
+@dataclass(frozen=True)
+class Score:
+    """One worker's LBGR score for one request, term by term (seconds)."""
+    cost: float       # the request's own service time there: prefill of what misses + decode
+    load: float       # P: the recent work routed there, decaying
+    residual: float   # theta . phi: the learned correction
+    queueing: float   # queueing=little: the delay its work, and a second copy of its
+                      # prefix, impose on other requests
+    hit: int          # prefix tokens the router believes that worker holds
+    phi: np.ndarray
+
+    @property
+    def score(self) -> float:
+        return self.cost + self.load + self.residual + self.queueing
 
 
 @dataclass
@@ -150,8 +189,23 @@ class LBGRRouter(Router):
     (``ServiceModel.occupancy``: the worker capacity it takes, so a miss costs its full
     prefill) times the number of requests expected to arrive there while it is in flight,
     which by Little's law is about the number in flight there now (``outstanding``). Under
-    load a miss then costs what it really costs the cluster, and groups stay together;
-    idle workers (nothing outstanding) are chosen on the request's own latency alone.
+    load a miss then costs what it really costs the cluster, and groups stay together.
+    It also counts what a second copy of a prefix costs (``duplicate_cost``, on by default:
+    see ``duplication``), so an idle worker takes a request whose prefix is cached elsewhere
+    only when the home's queue outweighs the request's prefill twice over.
+
+    ``first_sight``: where a prefix no worker holds goes. ``score`` (the paper's rule) by
+    the score, i.e. by the last second's load; ``index`` (the default under
+    ``queueing=little``) to the worker with the fewest routed tokens, cache_aware's rule:
+    the group's later requests follow its first one, so its placement sets a worker's
+    long-run share of load and cache, which the momentary load does not predict.
+
+    ``confidence``: the residual theta . phi counts only beyond this many of its standard
+    errors (``RecursiveLeastSquares.predict``; 0: as fitted, the paper's rule). Measured
+    live, a fit on a few dozen latencies that mostly reflect momentary queueing would
+    otherwise learn "this worker is slow" from noise and move groups off their home.
+
+    ``record``: keep every decision's per-worker ``Score`` terms in ``decisions``.
     """
 
     name = "lbgr"
@@ -161,8 +215,19 @@ class LBGRRouter(Router):
     def __init__(self, workers: int, seed: int = 0, service: ServiceModel | None = None,
                  features: str = "paper", forgetting: float = 0.992, decay: float = 31 / 32,
                  decay_interval: float = 0.02, hysteresis: float = 0.02, queueing: str = "little",
-                 max_index_tokens: int | None = None, learn: bool = True):
+                 max_index_tokens: int | None = None, learn: bool = True, record: bool = False,
+                 duplicate_cost: bool = True, first_sight: str | None = None, confidence: float = 2.0):
         super().__init__(workers, seed)
+        if confidence < 0:
+            raise LcrInputError(f"lbgr: confidence must be >= 0, got {confidence}")
+        self.confidence = confidence
+        self.duplicate_cost = bool(duplicate_cost)
+        # The paper's rule places everything by its score; lcr's cluster-cost rule places
+        # unseen prefixes by routed share.
+        first_sight = first_sight or ("index" if queueing == "little" else "score")
+        if first_sight not in ("index", "score"):
+            raise LcrInputError(f"lbgr: first_sight must be index or score, got {first_sight!r}")
+        self.first_sight = first_sight
         if features not in self.FEATURES:
             raise LcrInputError(f"lbgr: features must be one of {', '.join(self.FEATURES)}, got {features!r}")
         if queueing not in self.QUEUEING:
@@ -183,6 +248,9 @@ class LBGRRouter(Router):
         self._in_flight: dict[int, tuple[int, _InFlight]] = {}
         self._mean_output = 0.0
         self._completed = 0
+        # (request id, outstanding, per-worker Score, chosen worker) per decision, if asked:
+        # what moved each request where it went (docs/routing.md, "Live").
+        self.decisions: list[tuple[int, list[int], list[Score], int]] | None = [] if record else None
 
     def _decay_to(self, now: float) -> None:
         if now > self._load_time:
@@ -201,44 +269,70 @@ class LBGRRouter(Router):
         return np.array(paper + [1.0])
 
     def estimates(self, request: RoutedRequest, now: float,
-                  outstanding: Sequence[int] | None = None) -> list[tuple[float, float, int, np.ndarray]]:
-        """Per worker: (score to minimise, Cost + P, matched tokens, phi). The score is the
-        predicted latency Cost + P + theta . phi, plus under ``queueing=little`` the delay the
-        request imposes on those after it (needs ``outstanding``)."""
+                  outstanding: Sequence[int] | None = None) -> list[Score]:
+        """Per worker, the terms of its score (``Score``): the predicted latency Cost + P +
+        theta . phi, plus under ``queueing=little`` the delay the request imposes on those
+        after it (needs ``outstanding``)."""
         self._decay_to(now)
+        hits = [index.match(request.request) for index in self.indexes]
+        # The longest prefix some worker in rotation is believed to hold.
+        held = max((hits[w] for w in range(self.workers) if w not in self.dead), default=0)
         out = []
-        for worker in range(self.workers):
-            hit = self.indexes[worker].match(request.request)
+        for worker, hit in enumerate(hits):
             miss = request.prompt_tokens - hit
-            cost = self.service.prefill(hit, miss) + self.service.decode(self._mean_output)
             phi = self.phi(hit, miss, self.load[worker])
-            base = cost + self.load[worker]
-            score = base + self.models[worker].predict(phi)
+            queueing = 0.0
             if self.queueing == "little" and outstanding is not None:
-                score += self.service.occupancy(hit, miss, self._mean_output) * outstanding[worker]
-            out.append((score, base, hit, phi))
+                queueing = (self.service.occupancy(hit, miss, self._mean_output) * outstanding[worker]
+                            + self.duplication(held - hit, outstanding[worker]))
+            out.append(Score(cost=self.service.prefill(hit, miss) + self.service.decode(self._mean_output),
+                             load=self.load[worker],
+                             residual=self.models[worker].predict(phi, self.confidence),
+                             queueing=queueing, hit=hit, phi=phi))
         return out
+
+    def duplication(self, tokens: int, outstanding: int) -> float:
+        """What storing a second copy of ``tokens`` prefix tokens, already cached at another
+        worker, costs later requests: in a full cache the copy evicts as many tokens of other
+        prefixes, so some later request prefills them again instead of hitting (the miss
+        minus the hit), and delays those queued behind it at that worker as this request's
+        own prefill would. Without it a busy home and an idle neighbour split a group
+        between two caches on one momentary imbalance, and every later request of the group
+        follows the load between both copies (docs/routing.md, "Live")."""
+        if not self.duplicate_cost or tokens <= 0:
+            return 0.0
+        extra = self.service.prefill(0, tokens) - self.service.prefill(tokens, 0)
+        return extra + extra / self.service.prefill_parallel * outstanding
 
     def route(self, request, now, outstanding):
         alive = self.alive()
         estimates = self.estimates(request, now, outstanding)
-        best = min(alive, key=lambda w: estimates[w][0])
-        sticky = max(alive, key=lambda w: estimates[w][2])
-        if (estimates[sticky][2] > estimates[best][2]
-                and estimates[sticky][0] - estimates[best][0] <= self.hysteresis * abs(estimates[best][0])):
+        if self.first_sight == "index" and all(estimates[w].hit == 0 for w in alive):
+            # A prefix no worker holds: where it lands is where its group's later requests
+            # will follow it, so place it by each worker's long-run share of routed tokens
+            # (its index: cache_aware's rule), not by the last second's load; the score
+            # breaks ties.
+            best = min(alive, key=lambda w: (self.indexes[w].tokens, estimates[w].score))
+        else:
+            best = min(alive, key=lambda w: estimates[w].score)
+        sticky = max(alive, key=lambda w: estimates[w].hit)
+        if (estimates[sticky].hit > estimates[best].hit
+                and estimates[sticky].score - estimates[best].score <= self.hysteresis * abs(estimates[best].score)):
             best = sticky
+        if self.decisions is not None:
+            self.decisions.append((request.rid, list(outstanding), estimates, best))
         # A worker that gets no requests gets no completions, so a pessimistic fit would
         # starve it forever; each request routed elsewhere relaxes its correction a little
         # (by the same forgetting factor), so it is tried again once the others fill up.
         for w in alive:
             if w != best:
                 self.models[w].theta *= self.models[w].forgetting
-        _, base, hit, phi = estimates[best]
+        chosen = estimates[best]
         # What the request delays those behind it: its prefill shared by the worker's
         # prefill lanes, its decode by its slots (ServiceModel.occupancy).
-        cost = self.service.occupancy(hit, request.prompt_tokens - hit, self._mean_output)
+        cost = self.service.occupancy(chosen.hit, request.prompt_tokens - chosen.hit, self._mean_output)
         self.load[best] += cost
-        self._in_flight[request.rid] = (best, _InFlight(cost, now, base, phi))
+        self._in_flight[request.rid] = (best, _InFlight(cost, now, chosen.cost + chosen.load, chosen.phi))
         self.indexes[best].insert(request.request)
         return best
 
@@ -262,6 +356,29 @@ class LBGRRouter(Router):
         residual = flight.cost * math.exp(-self.decay_rate * (now - flight.routed_at))
         self.load[worker] = max(0.0, self.load[worker] - residual)
         return flight
+
+
+def moves_off_home(decisions) -> dict:
+    """Summary of recorded LBGR decisions (``LBGRRouter(record=True).decisions``): how many
+    requests went to a worker holding a shorter prefix than the longest any worker held,
+    and which score term decided each such move (the term by which the home worker's score
+    exceeded the chosen one's the most)."""
+    summary = {"decisions": 0, "no_match": 0, "home": 0, "moved": 0,
+               "moved_by": {"cost": 0, "load": 0, "residual": 0, "queueing": 0}}
+    for _, _, scores, chosen in decisions:
+        summary["decisions"] += 1
+        held = max(s.hit for s in scores)
+        if held == 0:
+            summary["no_match"] += 1
+            continue
+        if scores[chosen].hit == held:
+            summary["home"] += 1
+            continue
+        summary["moved"] += 1
+        home = next(s for s in scores if s.hit == held)
+        gaps = {term: getattr(home, term) - getattr(scores[chosen], term) for term in summary["moved_by"]}
+        summary["moved_by"][max(gaps, key=gaps.get)] += 1
+    return summary
 
 
 ROUTERS = {

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from lcr.errors import LcrInputError
 from lcr.kv.requests import BlockRequest
-from lcr.route.routers import Router
+from lcr.route.routers import Router, moves_off_home
 from lcr.route.workload import RoutedRequest
 
 ROUTES = ("/generate", "/v1/completions", "/v1/chat/completions")
@@ -207,10 +207,14 @@ class RoutingProxy:
 
     def metrics(self) -> dict:
         s = self.stats
-        return {"requests": s.requests, "retries": s.retries, "lost": s.lost,
-                "route_us_per_request": 1e6 * s.route_seconds / max(s.requests, 1),
-                "outstanding": list(self.outstanding),
-                "workers": [w.__dict__ for w in s.workers]}
+        out = {"requests": s.requests, "retries": s.retries, "lost": s.lost,
+               "route_us_per_request": 1e6 * s.route_seconds / max(s.requests, 1),
+               "outstanding": list(self.outstanding),
+               "workers": [w.__dict__ for w in s.workers]}
+        decisions = getattr(self.router, "decisions", None)
+        if decisions is not None:     # lbgr:record=1
+            out["lbgr_moves"] = moves_off_home(decisions)
+        return out
 
 
 def create_app(proxy: RoutingProxy):
