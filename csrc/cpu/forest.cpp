@@ -18,8 +18,10 @@
 // Rows picked by index lie scattered over a feature matrix far larger than the caches;
 // walked one after another, each row's first touch stalls on a memory miss. So large
 // batches are visited in row order (InRowOrder) and both evaluations prefetch the rows
-// kPrefetchAhead positions ahead: their misses overlap (measured: 25k rows of 26 features
-// from a 65k-row matrix, 6.3 -> 3.0 ms on a loaded core, before the row order).
+// kPrefetchAhead positions ahead: their misses overlap (25k rows of 26 features from a
+// 65k-row matrix, walked in the caller's order: 2.95 ms against 2.65 on contiguous rows,
+// benchmarks/predictor_latency.py --evaluations; 2.0x the contiguous time while the
+// prefetch was lost, see prefetch_row).
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -479,9 +481,10 @@ private:
     // The rows picked[at[j]] (at null: picked[j]), j < n, all < available, in ascending
     // order, near enough, with the positions they were picked at: a counting sort on the
     // rows' top bits, about one bucket per row. Rows picked at random from a matrix larger
-    // than the caches cost a memory miss each; visited in order they stream (measured:
-    // 25k of 65k rows of 26 features, 6.5 -> 3.2 ms on a loaded machine). Small batches
-    // keep their order: their rows fit the caches anyway.
+    // than the caches cost a memory miss each; visited in order they stream, on top of
+    // the prefetch (25k of 65k rows of 26 features: walk 2.95 -> 2.86 ms, 3%, same
+    // benchmark; 1.5x while the prefetch was lost). Small batches keep their order: their
+    // rows fit the caches anyway.
     struct InRowOrder {
         std::vector<int64_t> rows, positions;
 
