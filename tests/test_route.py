@@ -262,6 +262,11 @@ def test_recorded_lbgr_decisions_name_the_term_that_moved_a_request():
     assert summary["home"] == 2 and summary["moved"] == 1
     assert summary["moved_by"] == {"cost": 0, "load": 0, "residual": 0, "queueing": 1}
     assert [d[3] for d in router.decisions] == [1, 0, 1, 0]
+    # Bounded: only the latest RECORD_LIMIT decisions are kept.
+    bounded = type("Bounded", (LBGRRouter,), {"RECORD_LIMIT": 2})(2, service=service, learn=False, record=True)
+    for rid in range(5):
+        bounded.route(req(rid, [rid + 20]), 0.0, [0, 0])
+    assert [d[0] for d in bounded.decisions] == [3, 4]
 
 
 def test_lbgr_places_an_unseen_prefix_by_routed_share_not_momentary_load():

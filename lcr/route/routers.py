@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from collections import deque
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -205,11 +206,14 @@ class LBGRRouter(Router):
     live, a fit on a few dozen latencies that mostly reflect momentary queueing would
     otherwise learn "this worker is slow" from noise and move groups off their home.
 
-    ``record``: keep every decision's per-worker ``Score`` terms in ``decisions``.
+    ``record``: keep the per-worker ``Score`` terms of the last ``RECORD_LIMIT`` decisions
+    in ``decisions`` (bounded: a long-running ``serve-router`` would otherwise grow without
+    end).
     """
 
     name = "lbgr"
     FEATURES = ("paper", "intercept", "paper+intercept")
+    RECORD_LIMIT = 10_000
     QUEUEING = ("little", "none")
 
     def __init__(self, workers: int, seed: int = 0, service: ServiceModel | None = None,
@@ -250,7 +254,8 @@ class LBGRRouter(Router):
         self._completed = 0
         # (request id, outstanding, per-worker Score, chosen worker) per decision, if asked:
         # what moved each request where it went (docs/routing.md, "Live").
-        self.decisions: list[tuple[int, list[int], list[Score], int]] | None = [] if record else None
+        self.decisions: deque[tuple[int, list[int], list[Score], int]] | None = (
+            deque(maxlen=self.RECORD_LIMIT) if record else None)
 
     def _decay_to(self, now: float) -> None:
         if now > self._load_time:
