@@ -55,6 +55,10 @@ PREFILL_BOUND = ServiceModel(miss_s_per_token=1.5e-4, hit_s_per_token=1e-6, deco
 GSP = dict(prompt_tokens=2048 + 128, prefix_ratio=2048 / (2048 + 128), output_tokens=256)
 
 
+# LBGR whose load is the work still queued at each worker (drains 1 s per second) instead
+# of the paper's decayed recent work.
+BACKLOG = ("lbgr", {"queueing": "little", "load": "backlog"})
+
 # Ablation: LBGR's index forgetting past the worker's 32,768 cache tokens (least recently
 # routed first), as `serve-router --cache-tokens` does.
 # And cache_aware with its tree bounded likewise (sglang-router's default is 2^26 characters).
@@ -65,7 +69,8 @@ CAPPED = [("lbgr", {"queueing": "none", "max_index_tokens": 32_768}),
           # of routed share; no second-copy cost; the residual as fitted (confidence 0).
           ("lbgr", {"queueing": "little", "first_sight": "score"}),
           ("lbgr", {"queueing": "little", "duplicate_cost": False}),
-          ("lbgr", {"queueing": "little", "confidence": 0.0})]
+          ("lbgr", {"queueing": "little", "confidence": 0.0}),
+          BACKLOG]
 
 
 def label(name, params):
@@ -75,6 +80,7 @@ def label(name, params):
     tags += ["first_sight=score"] if params.get("first_sight") == "score" else []
     tags += ["no_dup_cost"] if params.get("duplicate_cost") is False else []
     tags += ["confidence=0"] if params.get("confidence") == 0.0 else []
+    tags += ["backlog"] if params.get("load") == "backlog" else []
     return f"{name}:{','.join(tags)}" if tags else name
 
 
@@ -163,7 +169,7 @@ def main() -> int:
 
     if "zipf" in sections:
         zipf = {seed: shared_prefix(seed=seed, zipf_alpha=1.0, **GSP) for seed in SEEDS}
-        rows = cell(poisson(zipf, 28.0), 4, 65_536, PREFILL_BOUND)
+        rows = cell(poisson(zipf, 28.0), 4, 65_536, PREFILL_BOUND, ROUTERS + [BACKLOG])
         print_rows("GSP with zipf(1.0) groups, 4 workers x 65,536 tokens, prefill-bound, Poisson 28 req/s",
                    rows)
         result["gsp_zipf"] = rows

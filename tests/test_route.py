@@ -188,6 +188,26 @@ def test_lbgr_load_grows_by_the_routed_cost_decays_and_is_released_on_completion
     assert router.load[first] == pytest.approx(0.0)            # its residual share released
 
 
+def test_lbgr_backlog_load_drains_a_second_per_second_and_outlives_completions():
+    """load=backlog: P is the work still queued (occupancy drains at 1 s/s), so two requests
+    routed at once leave 2 s that take 2 s to drain, and a completion takes nothing back
+    early; the decayed load would have halved each interval and released on completion."""
+    service = ServiceModel(miss_s_per_token=1e-3, hit_s_per_token=0.0, decode_s_per_token=0.0, slots=1)
+    router = LBGRRouter(1, service=service, learn=False, load="backlog")
+    first, second = req(0, [1], tokens=1000), req(1, [2], tokens=1000)
+    router.route(first, 0.0, [0])
+    router.route(second, 0.0, [1])
+    assert router.load[0] == pytest.approx(2.0)
+    router.on_complete(0, first, 0.5, 0.5)
+    assert router.load[0] == pytest.approx(1.5)                # drained 0.5 s, nothing released
+    router._decay_to(1.75)
+    assert router.load[0] == pytest.approx(0.25)
+    router._decay_to(3.0)
+    assert router.load[0] == 0.0                               # never below empty
+    with pytest.raises(ValueError):
+        LBGRRouter(1, load="bogus")
+
+
 def test_lbgr_spreads_a_requests_cost_over_the_workers_slots():
     service = ServiceModel(miss_s_per_token=1e-3, hit_s_per_token=0.0, decode_s_per_token=0.0, slots=4)
     router = LBGRRouter(1, service=service, learn=False)

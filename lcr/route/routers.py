@@ -178,9 +178,13 @@ class LBGRRouter(Router):
     """Learning-based greedy routing.
 
     ``features``: ``paper`` (hit, miss, load), ``intercept`` (a constant only, as the authors'
-    released router learns), or ``paper+intercept``. Load P_i decays by ``decay`` every
-    ``decay_interval`` seconds (the authors: 31/32 every 20 ms); a finished request releases
-    what is left of its share. ``hysteresis``: a worker with a longer prefix match is kept
+    released router learns), or ``paper+intercept``. ``load``: how P_i forgets. ``decay``
+    (the paper's): by ``decay`` every ``decay_interval`` seconds (the authors: 31/32 every
+    20 ms), a finished request releasing what is left of its share, so P measures the last
+    ~0.6 s of routed work. ``backlog``: P drains by one second per second, the rate at which
+    a worker works off occupancy, so P is the work still queued there, however old (with
+    skewed groups the hot group's worker builds a backlog that the decayed load forgets:
+    docs/routing.md, "Skewed groups"). ``hysteresis``: a worker with a longer prefix match is kept
     when its estimate is within this fraction of the best (stickiness keeps prefixes
     together when workers are nearly tied).
 
@@ -215,13 +219,18 @@ class LBGRRouter(Router):
     FEATURES = ("paper", "intercept", "paper+intercept")
     RECORD_LIMIT = 10_000
     QUEUEING = ("little", "none")
+    LOADS = ("decay", "backlog")
 
     def __init__(self, workers: int, seed: int = 0, service: ServiceModel | None = None,
                  features: str = "paper", forgetting: float = 0.992, decay: float = 31 / 32,
                  decay_interval: float = 0.02, hysteresis: float = 0.02, queueing: str = "little",
                  max_index_tokens: int | None = None, learn: bool = True, record: bool = False,
-                 duplicate_cost: bool = True, first_sight: str | None = None, confidence: float = 2.0):
+                 duplicate_cost: bool = True, first_sight: str | None = None, confidence: float = 2.0,
+                 load: str = "decay"):
         super().__init__(workers, seed)
+        if load not in self.LOADS:
+            raise LcrInputError(f"lbgr: load must be one of {', '.join(self.LOADS)}, got {load!r}")
+        self.load_rule = load
         if confidence < 0:
             raise LcrInputError(f"lbgr: confidence must be >= 0, got {confidence}")
         self.confidence = confidence
@@ -259,8 +268,12 @@ class LBGRRouter(Router):
 
     def _decay_to(self, now: float) -> None:
         if now > self._load_time:
-            factor = math.exp(-self.decay_rate * (now - self._load_time))
-            self.load = [p * factor for p in self.load]
+            elapsed = now - self._load_time
+            if self.load_rule == "backlog":
+                self.load = [max(0.0, p - elapsed) for p in self.load]
+            else:
+                factor = math.exp(-self.decay_rate * elapsed)
+                self.load = [p * factor for p in self.load]
             self._load_time = now
 
     def phi(self, hit: int, miss: int, load: float) -> np.ndarray:
@@ -358,8 +371,9 @@ class LBGRRouter(Router):
             return None
         self._decay_to(now)
         _, flight = routed
-        residual = flight.cost * math.exp(-self.decay_rate * (now - flight.routed_at))
-        self.load[worker] = max(0.0, self.load[worker] - residual)
+        if self.load_rule == "decay":  # a backlog drains by time alone
+            residual = flight.cost * math.exp(-self.decay_rate * (now - flight.routed_at))
+            self.load[worker] = max(0.0, self.load[worker] - residual)
         return flight
 
 
