@@ -15,9 +15,10 @@ router has.
   knows).
 - ``lbgr``: learning-based greedy routing (the RLT/LBGR paper): predicted latency
   E_i = Cost_i + P_i + theta_i . phi_i, with Cost_i from the approximate prefix match,
-  P_i an exponentially decaying queue load and theta_i a per-worker recursive least
-  squares fit of the measured latency minus the model's estimate; by default lcr adds the
-  delay a request's work imposes on those after it (``queueing=little``, see LBGRRouter).
+  P_i a queue load (exponentially decaying, or the backlog with ``load=backlog``) and
+  theta_i a per-worker recursive least squares fit of the measured latency minus the
+  model's estimate; by default lcr adds the delay a request's work imposes on those after
+  it (``queueing=little``, see LBGRRouter).
 """
 from __future__ import annotations
 
@@ -154,7 +155,7 @@ class CacheAwareRouter(Router):
 class Score:
     """One worker's LBGR score for one request, term by term (seconds)."""
     cost: float       # the request's own service time there: prefill of what misses + decode
-    load: float       # P: the recent work routed there, decaying
+    load: float       # P: the recent work routed there (load=decay) or still queued (backlog)
     residual: float   # theta . phi: the learned correction
     queueing: float   # queueing=little: the delay its work, and a second copy of its
                       # prefix, impose on other requests
@@ -184,9 +185,9 @@ class LBGRRouter(Router):
     ~0.6 s of routed work. ``backlog``: P drains by one second per second, the rate at which
     a worker works off occupancy, so P is the work still queued there, however old (with
     skewed groups the hot group's worker builds a backlog that the decayed load forgets:
-    docs/routing.md, "Skewed groups"). ``hysteresis``: a worker with a longer prefix match is kept
-    when its estimate is within this fraction of the best (stickiness keeps prefixes
-    together when workers are nearly tied).
+    docs/routing.md, "Skewed groups"). ``hysteresis``: a worker with a longer prefix match
+    is kept when its estimate is within this fraction of the best (stickiness keeps
+    prefixes together when workers are nearly tied).
 
     ``queueing``: what a choice costs the requests after it. ``none`` is the paper's greedy
     rule (the request's own predicted latency only). ``little`` (lcr's default) adds the
