@@ -39,6 +39,8 @@ VARIANTS = [
     ("laru", {"mode": "async"}),
     ("laru", {"shrink_every": 3, "b": 1.5}),
     ("laru", {"mode": "async", "b": 4.0, "shrink_every": 2}),
+    ("laru", {"credit": 1, "b": 1.5}),
+    ("laru", {"mode": "async", "credit": 1, "b": 1.1}),
     ("arc", {}),
     ("lirs", {}),
     ("s3fifo", {}),

@@ -69,6 +69,7 @@ def test_laru_with_oracle_predictions_equals_opt(source, capacity, mode):
     trace = generate(source)
     opt = misses(trace, "opt", capacity)
     assert misses(trace, "laru", capacity, mode=mode) == opt
+    assert misses(trace, "laru", capacity, mode=mode, credit=1, b=1.05) == opt
     assert misses(trace, "fpb", capacity, mode=mode) == opt
     assert misses(trace, "blind_oracle_lru", capacity) == opt
 
@@ -143,6 +144,50 @@ def test_laru_detects_prediction_induced_misses_and_shrinks_lambda():
     assert laru.stats.lru_evictions == 1 and laru.stats.prediction_evictions == 1
 
 
+def lambda_after_each_request(trace: Trace, policy, predictor) -> list[float]:
+    lams = []
+    for t, key in enumerate(trace.keys.tolist()):
+        predictor.observe(key, t)
+        policy.access(key, t)
+        lams.append(policy.lam)
+    return lams
+
+
+@pytest.mark.parametrize("noise", [0.3, 0.6])
+def test_laru_credit_grows_lambda_back_on_hits_lru_would_have_missed(noise):
+    trace = generate("zipf:requests=6000,keys=600,alpha=0.8,seed=8")
+    k, b = 30, 1.5
+    values = oracle_predictions(trace, noise, seed=2)
+    laru, predictor = build("laru", trace, k, values, credit=1, b=b)
+    lams = lambda_after_each_request(trace, laru, predictor)
+    # Which requests LRU itself hits, from LRU's own replay (not LARU's shadow of it).
+    lru_hits = replay(trace, LRU(k), None).hits
+    again, p2 = build("laru", trace, k, values, credit=1, b=b)
+    laru_hits = replay(trace, again, p2).hits
+    credited = laru_hits & ~lru_hits
+    assert laru.stats.extra["credited_hits"] == int(credited.sum()) > 0
+    grew = [t for t in range(1, len(lams)) if lams[t] > lams[t - 1] and lams[t] < 1.0]
+    # lambda grows only on a credited hit, by exactly b (phase starts reset it to 1).
+    assert grew and all(credited[t] and math.isclose(lams[t], lams[t - 1] * b) for t in grew)
+    capped = [t for t in np.flatnonzero(credited) if lams[t - 1] * b >= 1.0]
+    assert all(lams[t] == 1.0 for t in capped)
+    # Without credit the same predictions never grow lambda within a phase.
+    plain, p3 = build("laru", trace, k, values, b=b)
+    plain_lams = lambda_after_each_request(trace, plain, p3)
+    assert plain.stats.extra["credited_hits"] == 0
+    assert all(now <= before or now == 1.0 for before, now in zip(plain_lams, plain_lams[1:]))
+
+
+@pytest.mark.parametrize("source", SYNTHETIC)
+@pytest.mark.parametrize("capacity", [2, 16, 100])
+def test_laru_credit_with_adversarial_predictions_stays_near_lru(source, capacity):
+    """Inverted predictions earn almost no credit, so LARU with credit still shrinks to LRU."""
+    trace = generate(source)
+    lru = misses(trace, "lru", capacity)
+    for b in (1.05, 2.0):
+        assert misses(trace, "laru", capacity, noise=1.0, credit=1, b=b) <= 1.25 * lru
+
+
 def test_laru_window_shrinks_to_lru_and_stops_calling_the_predictor():
     trace = generate("loop:requests=3000,keys=12")
     laru, predictor = build("laru", trace, 8, -oracle_predictions(trace))  # inverted predictions
@@ -215,6 +260,8 @@ def test_bad_policy_parameters_are_rejected():
         LARU(4, ArrayPredictor(np.zeros(1)), b=1)
     with pytest.raises(ValueError, match="mode"):
         LARU(4, ArrayPredictor(np.zeros(1)), mode="eventually")
+    with pytest.raises(ValueError, match="credit must be 0 or 1"):
+        LARU(4, ArrayPredictor(np.zeros(1)), credit=2)
     with pytest.raises(ValueError, match="valid: lru"):
         make_policy("belady2", 4)
     with pytest.raises(ValueError, match="next-use"):

@@ -50,4 +50,26 @@ private:
     int64_t size_ = 0;
 };
 
+// Which ids an LRU cache of `capacity` would hold (metadata only): LARU's credit rule
+// asks whether a hit is one LRU would have missed. The spec is lcr.policies.recency.ShadowLRU.
+class ShadowLru {
+public:
+    ShadowLru(int64_t capacity, int64_t n_ids) : order_(n_ids), capacity_(capacity) {}
+
+    // Request `id`; true when LRU would have hit.
+    bool access(int32_t id) {
+        if (order_.contains(id)) {
+            order_.move_to_newest(id);
+            return true;
+        }
+        if (order_.size() >= capacity_) order_.remove(order_.oldest());
+        order_.push_newest(id);
+        return false;
+    }
+
+private:
+    RecencyList order_;
+    int64_t capacity_;
+};
+
 }  // namespace lcr::sim

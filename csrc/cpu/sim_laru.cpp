@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "cpu/candidate_window.h"
+#include "cpu/recency_list.h"
 #include "cpu/recency_tree.h"
 #include "cpu/registry.h"
 #include "cpu/sim_replay.h"
@@ -16,6 +17,7 @@ using namespace sim;
 struct LaruParams {
     double b = 2.0;
     int64_t shrink_every = 1;
+    bool credit = false;  // lambda grows back by b on hits LRU would have missed
 };
 
 void run_laru(const Requests& req, Recorder& rec, Counters& c, int64_t k, const Predictions& pred,
@@ -33,6 +35,7 @@ void run_laru(const Requests& req, Recorder& rec, Counters& c, int64_t k, const 
     int64_t& phase = c.phases;
     double& lam = c.lambda;
     int64_t induced_in_phase = 0;
+    ShadowLru lru_shadow(params.credit ? k : 0, params.credit ? req.n_ids : 0);
 
     auto leave_old = [&](int32_t id) {
         if (key[id].old) {
@@ -43,8 +46,13 @@ void run_laru(const Requests& req, Recorder& rec, Counters& c, int64_t k, const 
 
     for (int64_t t = 0; t < req.n; ++t) {
         const int32_t id = req.ids[t];
+        const bool lru_hit = !params.credit || lru_shadow.access(id);
         if (cache.contains(id)) {
             leave_old(id);
+            if (!lru_hit) {  // the predictions kept a key LRU would have lost
+                ++c.credited_hits;
+                lam = std::min(1.0, lam * params.b);
+            }
             cache.touch(id, pred.rank(t));
             rec.hit(t);
             continue;
@@ -82,12 +90,12 @@ void run_laru(const Requests& req, Recorder& rec, Counters& c, int64_t k, const 
 }
 
 py::tuple replay_laru(const Array<int32_t>& ids, int64_t n_ids, int64_t capacity, const Array<double>& predictions,
-                      bool async, double b, int64_t shrink_every, bool record_evictions) {
+                      bool async, double b, int64_t shrink_every, bool credit, bool record_evictions) {
     checked_capacity(capacity);
     if (!(b > 1)) raise_value_error("laru needs b > 1");
     if (shrink_every < 1) raise_value_error("laru shrink_every must be at least 1");
     const Predictions pred{aligned_with(predictions, ids.size(), "predictions"), async};
-    const LaruParams params{b, shrink_every};
+    const LaruParams params{b, shrink_every, credit};
     return run_core(ids, n_ids, record_evictions, [&](const Requests& req, Recorder& rec, Counters& c) {
         run_laru(req, rec, c, capacity, pred, params);
     });
@@ -97,7 +105,7 @@ py::tuple replay_laru(const Array<int32_t>& ids, int64_t n_ids, int64_t capacity
 
 void register_sim_laru(py::module_& m) {
     m.def("replay_laru", &replay_laru, py::arg("ids"), py::arg("n_ids"), py::arg("capacity"), py::arg("predictions"),
-          py::arg("async_mode"), py::arg("b"), py::arg("shrink_every"), py::arg("record_evictions"));
+          py::arg("async_mode"), py::arg("b"), py::arg("shrink_every"), py::arg("credit"), py::arg("record_evictions"));
 }
 
 }  // namespace lcr

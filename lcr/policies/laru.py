@@ -13,6 +13,14 @@ On a miss into a full cache:
 ``b`` once every ``shrink_every`` prediction-induced misses of a phase (the paper uses
 k/32 there, see ``llm_shrink_every``); the default 1 is Algorithm 1 as written.
 
+``credit`` (off by default; lcr's extension, not in the paper) also lets lambda grow
+back: every hit that an LRU cache of the same size would have missed (the predictions
+kept a key LRU would have lost) multiplies it by ``b``, up to 1. Without credit the
+window only shrinks within a phase, so predictions that are mostly right still drift to
+LRU after log_b k induced misses; with it the window follows the predictions' net
+effect against LRU. Oracle predictions cause no induced miss, so lambda stays 1 and
+LARU with credit still makes OPT's decisions.
+
 ``record`` replaces the exact set of prediction-evicted keys with any object offering
 ``add``, ``discard``, ``clear`` and ``in`` (SlabHash keeps a bitset, see
 ``lcr.embedding.reference.BitsetRecord``).
@@ -24,7 +32,7 @@ from typing import MutableSet
 
 from lcr.policies.base import Policy
 from lcr.policies.predictions import NextAccessPredictor, PredictionTable
-from lcr.policies.recency import RecencyOrder
+from lcr.policies.recency import RecencyOrder, ShadowLRU
 from lcr.policies.window import choose_in_window
 
 
@@ -38,21 +46,26 @@ class LARU(Policy):
     uses_predictions = True
 
     def __init__(self, capacity: int, predictor: NextAccessPredictor, mode: str = "sync",
-                 b: float = 2.0, shrink_every: int = 1, record: MutableSet[int] | None = None):
+                 b: float = 2.0, shrink_every: int = 1, record: MutableSet[int] | None = None,
+                 credit: bool = False):
         super().__init__(capacity)
         if not b > 1:
             raise ValueError(f"laru needs b > 1, got {b}")
         if shrink_every < 1:
             raise ValueError(f"laru shrink_every must be at least 1, got {shrink_every}")
+        if credit not in (0, 1):
+            raise ValueError(f"laru credit must be 0 or 1, got {credit!r}")
         self.b = float(b)
         self.shrink_every = int(shrink_every)
+        self.credit = bool(credit)
+        self.lru_shadow = ShadowLRU(capacity) if credit else None
         self.recency = self.resident = RecencyOrder()
         self.table = PredictionTable(predictor, mode, self.stats)
         self.lam = 1.0
         self.old: set[int] = set()  # O: items cached at the phase start, not yet requested or evicted
         self.evicted_by_prediction: MutableSet[int] = set() if record is None else record
         self._induced_in_phase = 0
-        self.stats.extra.update(phases=0, prediction_induced_misses=0)
+        self.stats.extra.update(phases=0, prediction_induced_misses=0, credited_hits=0)
 
     @property
     def window(self) -> int:
@@ -60,9 +73,13 @@ class LARU(Policy):
         return max(math.floor(self.lam * self.capacity), 1)
 
     def _access(self, key, t):
+        lru_hit = self.lru_shadow.access(key) if self.lru_shadow is not None else True
         hit = key in self.recency
         if hit:
             self.old.discard(key)
+            if not lru_hit:  # the predictions kept a key LRU would have lost
+                self.stats.extra["credited_hits"] += 1
+                self.lam = min(1.0, self.lam * self.b)
         else:
             if self.full:
                 self._evict_for(key, t)

@@ -88,7 +88,7 @@ def native_replay(trace: Trace, name: str, capacity: int, predictions: np.ndarra
         elif name == "hf":
             extra = (spec.window,)
         else:
-            extra = (spec.b, spec.shrink_every)
+            extra = (spec.b, spec.shrink_every, spec.credit)
         hits, evicted, counters = getattr(_native, f"replay_{name}")(
             *core, predictions, async_mode, *extra, record_evictions)
     seconds = time.perf_counter() - start
@@ -104,6 +104,7 @@ def _spec_stats(name: str, counters: dict) -> dict:
     if name == "laru":
         stats.update(phases=counters["phases"],
                      prediction_induced_misses=counters["prediction_induced_misses"],
+                     credited_hits=counters["credited_hits"],
                      final_lambda=counters["lambda"])
     elif name == "marker" and counters["phases"]:
         stats["phases"] = counters["phases"]  # the spec records phases once one starts
