@@ -144,13 +144,14 @@ def test_laru_detects_prediction_induced_misses_and_shrinks_lambda():
     assert laru.stats.lru_evictions == 1 and laru.stats.prediction_evictions == 1
 
 
-def lambda_after_each_request(trace: Trace, policy, predictor) -> list[float]:
-    lams = []
+def lambda_after_each_request(trace: Trace, policy, predictor) -> tuple[list[float], np.ndarray]:
+    """``(lambda after each request, hit at each request)``."""
+    lams, hits = [], []
     for t, key in enumerate(trace.keys.tolist()):
         predictor.observe(key, t)
-        policy.access(key, t)
+        hits.append(policy.access(key, t))
         lams.append(policy.lam)
-    return lams
+    return lams, np.array(hits)
 
 
 @pytest.mark.parametrize("noise", [0.3, 0.6])
@@ -159,11 +160,9 @@ def test_laru_credit_grows_lambda_back_on_hits_lru_would_have_missed(noise):
     k, b = 30, 1.5
     values = oracle_predictions(trace, noise, seed=2)
     laru, predictor = build("laru", trace, k, values, credit=1, b=b)
-    lams = lambda_after_each_request(trace, laru, predictor)
-    # Which requests LRU itself hits, from LRU's own replay (not LARU's shadow of it).
+    lams, laru_hits = lambda_after_each_request(trace, laru, predictor)
+    # Which requests LRU itself hits, from a separate LRU replay (not LARU's shadow of it).
     lru_hits = replay(trace, LRU(k), None).hits
-    again, p2 = build("laru", trace, k, values, credit=1, b=b)
-    laru_hits = replay(trace, again, p2).hits
     credited = laru_hits & ~lru_hits
     assert laru.stats.extra["credited_hits"] == int(credited.sum()) > 0
     grew = [t for t in range(1, len(lams)) if lams[t] > lams[t - 1] and lams[t] < 1.0]
@@ -173,7 +172,7 @@ def test_laru_credit_grows_lambda_back_on_hits_lru_would_have_missed(noise):
     assert all(lams[t] == 1.0 for t in capped)
     # Without credit the same predictions never grow lambda within a phase.
     plain, p3 = build("laru", trace, k, values, b=b)
-    plain_lams = lambda_after_each_request(trace, plain, p3)
+    plain_lams, _ = lambda_after_each_request(trace, plain, p3)
     assert plain.stats.extra["credited_hits"] == 0
     assert all(now <= before or now == 1.0 for before, now in zip(plain_lams, plain_lams[1:]))
 

@@ -50,21 +50,29 @@ private:
     int64_t size_ = 0;
 };
 
-// Which ids an LRU cache of `capacity` would hold (metadata only): LARU's credit rule
-// asks whether a hit is one LRU would have missed. The spec is lcr.policies.recency.ShadowLRU.
-class ShadowLru {
+// An LRU cache of ids: the LRU core, and the LRU that LARU's credit rule runs alongside.
+// The spec is lcr.policies.lru.LRU.
+class LruCache {
 public:
-    ShadowLru(int64_t capacity, int64_t n_ids) : order_(n_ids), capacity_(capacity) {}
+    struct Step {
+        bool hit;
+        int32_t victim;  // RecencyList::kNone when nothing was evicted
+    };
 
-    // Request `id`; true when LRU would have hit.
-    bool access(int32_t id) {
+    LruCache(int64_t capacity, int64_t n_ids) : order_(n_ids), capacity_(capacity) {}
+
+    Step access(int32_t id) {
         if (order_.contains(id)) {
             order_.move_to_newest(id);
-            return true;
+            return {true, RecencyList::kNone};
         }
-        if (order_.size() >= capacity_) order_.remove(order_.oldest());
+        int32_t victim = RecencyList::kNone;
+        if (order_.size() >= capacity_) {
+            victim = order_.oldest();
+            order_.remove(victim);
+        }
         order_.push_newest(id);
-        return false;
+        return {false, victim};
     }
 
 private:

@@ -35,7 +35,7 @@ void run_laru(const Requests& req, Recorder& rec, Counters& c, int64_t k, const 
     int64_t& phase = c.phases;
     double& lam = c.lambda;
     int64_t induced_in_phase = 0;
-    ShadowLru lru_shadow(params.credit ? k : 0, params.credit ? req.n_ids : 0);
+    LruCache lru_shadow(params.credit ? k : 0, params.credit ? req.n_ids : 0);  // what plain LRU would hold
 
     auto leave_old = [&](int32_t id) {
         if (key[id].old) {
@@ -46,7 +46,7 @@ void run_laru(const Requests& req, Recorder& rec, Counters& c, int64_t k, const 
 
     for (int64_t t = 0; t < req.n; ++t) {
         const int32_t id = req.ids[t];
-        const bool lru_hit = !params.credit || lru_shadow.access(id);
+        const bool lru_hit = !params.credit || lru_shadow.access(id).hit;
         if (cache.contains(id)) {
             leave_old(id);
             if (!lru_hit) {  // the predictions kept a key LRU would have lost

@@ -11,23 +11,17 @@ using namespace sim;
 py::tuple replay_lru(const Array<int32_t>& ids, int64_t n_ids, int64_t capacity, bool record_evictions) {
     checked_capacity(capacity);
     return run_core(ids, n_ids, record_evictions, [&](const Requests& req, Recorder& rec, Counters& c) {
-        RecencyList order(req.n_ids);
+        LruCache cache(capacity, req.n_ids);
         for (int64_t t = 0; t < req.n; ++t) {
-            const int32_t id = req.ids[t];
-            if (order.contains(id)) {
-                order.move_to_newest(id);
+            const LruCache::Step step = cache.access(req.ids[t]);
+            if (step.hit) {
                 rec.hit(t);
-                continue;
-            }
-            if (order.size() >= capacity) {
-                const int32_t victim = order.oldest();
-                order.remove(victim);
+            } else if (step.victim != RecencyList::kNone) {
                 ++c.lru_evictions;
-                rec.miss(t, victim);
+                rec.miss(t, step.victim);
             } else {
                 rec.miss(t);
             }
-            order.push_newest(id);
         }
     });
 }

@@ -32,7 +32,8 @@ from typing import MutableSet
 
 from lcr.policies.base import Policy
 from lcr.policies.predictions import NextAccessPredictor, PredictionTable
-from lcr.policies.recency import RecencyOrder, ShadowLRU
+from lcr.policies.lru import LRU
+from lcr.policies.recency import RecencyOrder
 from lcr.policies.window import choose_in_window
 
 
@@ -58,7 +59,7 @@ class LARU(Policy):
         self.b = float(b)
         self.shrink_every = int(shrink_every)
         self.credit = bool(credit)
-        self.lru_shadow = ShadowLRU(capacity) if credit else None
+        self.lru_shadow = LRU(capacity) if credit else None  # what plain LRU would hold
         self.recency = self.resident = RecencyOrder()
         self.table = PredictionTable(predictor, mode, self.stats)
         self.lam = 1.0
@@ -73,7 +74,7 @@ class LARU(Policy):
         return max(math.floor(self.lam * self.capacity), 1)
 
     def _access(self, key, t):
-        lru_hit = self.lru_shadow.access(key) if self.lru_shadow is not None else True
+        lru_hit = self.lru_shadow.access(key, t) if self.lru_shadow is not None else True
         hit = key in self.recency
         if hit:
             self.old.discard(key)

@@ -43,24 +43,3 @@ class RecencyOrder:
     def __iter__(self) -> Iterator[int]:
         return iter(self._order)
 
-
-class ShadowLRU:
-    """Which keys an LRU cache of ``capacity`` would hold: metadata only, O(1) per access.
-
-    LARU's credit rule asks it whether a hit is one that LRU would have missed.
-    """
-
-    def __init__(self, capacity: int):
-        self.capacity = capacity
-        self._order: OrderedDict[int, None] = OrderedDict()
-
-    def access(self, key: int) -> bool:
-        """Request ``key``; True when LRU would have hit."""
-        hit = key in self._order
-        if hit:
-            self._order.move_to_end(key)
-        else:
-            if len(self._order) >= self.capacity:
-                self._order.popitem(last=False)
-            self._order[key] = None
-        return hit
