@@ -354,7 +354,7 @@ def test_native_forest_equals_lightgbm_predict(params, method):
     expected = booster.predict(X)
     assert np.array_equal(forest.predict(X), expected)
     assert np.array_equal(forest.predict(X, None, 2), expected)
-    for size in (500, 4000):  # below and above the size visited in row order
+    for size in (3, 501, 4001):  # below and above the size visited in row order, blocks of rows and a rest
         index = rng.integers(0, len(X), size)
         assert np.array_equal(forest.predict(X, index), expected[index])
     with pytest.raises(ValueError, match="7 columns"):
@@ -400,11 +400,12 @@ def test_native_forest_equals_lightgbm_on_split_thresholds():
             assert np.array_equal(compile_booster(booster, 4, method).predict(probes), booster.predict(probes))
 
 
-@pytest.mark.parametrize("leaves,trees,method", [(31, 6, "masks"), (64, 3, "masks"), (15, 70, "walk"),
-                                                 (100, 2, "walk")])
+@pytest.mark.parametrize("leaves,trees,method", [(31, 6, "masks"), (64, 3, "masks"), (15, 13, "masks"),
+                                                 (31, 5, "masks"), (15, 70, "walk"), (100, 2, "walk")])
 def test_native_forest_takes_masks_while_they_fit_and_walks_otherwise(leaves, trees, method):
-    """Leaf masks of 16, 32 and 64 bits per tree, up to 64 trees of 16 leaves; larger trees or
-    forests walk. Either way the answers are LightGBM's, on every split threshold too."""
+    """Leaf masks of 16, 32 and 64 bits per tree, up to 64 trees of 16 leaves, the last mask
+    word full or not; larger trees or forests walk. Either way the answers are LightGBM's,
+    on every split threshold too."""
     import lightgbm
 
     from lcr.predict.forest import compile_booster
