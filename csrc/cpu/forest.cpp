@@ -72,8 +72,8 @@ bool goes_left(const Node& node, double raw) {
 // The forest as leaf masks (see the top of the file), built from the walk's nodes.
 class MaskForest {
 public:
-    static constexpr int kMaxWords = 16;
-    static constexpr int kRowBlock = 4;
+    static constexpr int kMaxWords = 16;  // 64 trees of <= 16 leaves, 16 trees of <= 64
+    static constexpr int kRowBlock = 4;   // rows side by side; 8: faster on 4 features, slower on 26
 
     // Empty (unusable: `usable()` is false) when a tree has more than 64 leaves or the
     // masks would exceed kMaxWords words.
