@@ -569,7 +569,8 @@ private:
     }
 
     // Out of line: inlined into the row loops, GCC turned the child pick into a cmov,
-    // which chains each level's load on the last (the walk 1.6x slower on 4 features).
+    // which chains each level's load on the last (the walk 1.7-2.4x slower on contiguous
+    // rows, benchmarks/predictor_latency.py --evaluations).
     __attribute__((noinline)) double walk(const double* row) const {
         double sum = 0.0;
         for (int32_t root : roots_) {
