@@ -1,10 +1,11 @@
 """lcr serve-router against the real sglang-router, on real SGLang CPU workers.
 
     python benchmarks/routing_live.py [--workers 2] [--repeats 3] [--model tiny|small]
-        [--sglang-router-019 DIR] [--out benchmarks/results/routing_live.json]
+        [--calibrate] [--no-pin-workers] [--sglang-router-019 DIR]
+        [--out benchmarks/results/routing_live.json]
 
 Starts W SGLang workers (a random Llama of the CPU end-to-end test, tests/sglang_e2e_model.py's
-SIZES, small KV pools, stock LRU), then for every repeat and every router, interleaved:
+SIZES, small KV pools, stock LRU; worker i pinned to core i), then for every repeat and every router, interleaved:
 flushes the workers' caches, starts the router, replays a generated shared-prefix workload
 as text prompts with a fixed number of clients in flight, and stops the router. Routers:
 lcr's lbgr, cache_aware and round_robin (`lcr serve-router`), sglang-router's cache_aware
@@ -64,9 +65,10 @@ def wait_http(url: str, proc: subprocess.Popen, timeout: float, log: Path) -> No
     raise RuntimeError(f"{url} not ready:\n{log.read_text()[-2000:]}")
 
 
-def start(cmd: list[str], log: Path, path_first: str | None = None) -> subprocess.Popen:
+def start(cmd: list[str], log: Path, path_first: str | None = None, core: int | None = None) -> subprocess.Popen:
+    pin = None if core is None else (lambda: os.sched_setaffinity(0, {core}))
     return subprocess.Popen(cmd, env=env(path_first), stdout=log.open("w"), stderr=subprocess.STDOUT,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=pin)
 
 
 def stop(proc: subprocess.Popen) -> None:
@@ -105,9 +107,9 @@ def ready_for_requests(url: str, proc: subprocess.Popen, log: Path, timeout: flo
     raise RuntimeError(f"{url} never served a request:\n{log.read_text()[-2000:]}")
 
 
-def one_request(url: str, text: str, max_new_tokens: int) -> dict:
-    body = json.dumps({"text": text, "stream": True,
-                       "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": 0}}).encode()
+def one_request(url: str, text: str, max_new_tokens: int, ignore_eos: bool = False) -> dict:
+    sampling = {"max_new_tokens": max_new_tokens, "temperature": 0, "ignore_eos": ignore_eos}
+    body = json.dumps({"text": text, "stream": True, "sampling_params": sampling}).encode()
     request = urllib.request.Request(url + "/generate", body, {"Content-Type": "application/json"})
     started = time.perf_counter()
     first, meta = None, {}
@@ -121,7 +123,8 @@ def one_request(url: str, text: str, max_new_tokens: int) -> dict:
             if payload and payload != b"[DONE]":
                 meta = json.loads(payload).get("meta_info", meta)
     return {"ttft": first, "latency": time.perf_counter() - started,
-            "prompt": meta.get("prompt_tokens", 0), "cached": meta.get("cached_tokens", 0)}
+            "prompt": meta.get("prompt_tokens", 0), "cached": meta.get("cached_tokens", 0),
+            "output": meta.get("completion_tokens", 0)}
 
 
 def flush(urls: list[str]) -> None:
@@ -129,20 +132,45 @@ def flush(urls: list[str]) -> None:
         urllib.request.urlopen(urllib.request.Request(url + "/flush_cache", b"", method="POST"), timeout=60)
 
 
-def calibrate(urls: list[str], prompts: list[str], samples: int = 3) -> tuple[float, float]:
-    """What a cached prompt token saves on these workers, in seconds: each sample prompt once
-    on a flushed worker, then again (cached); (cold TTFT - warm TTFT) / cached tokens, the
-    median over the samples. A request's fixed costs (HTTP, tokenising, scheduling) cancel
-    in the difference; a cached token is taken as free. LBGR is told this instead of the
-    GPU defaults, whose scale is far from a CPU worker's."""
-    saved = []
+def decode_step(url: str, text: str, batch: int, tokens: int) -> float:
+    """Seconds per decode step with ``batch`` copies of a cached prompt decoding together:
+    the latency difference between ``tokens`` output tokens and one, per extra token (the
+    fixed costs and the prefill cancel)."""
+    def mean_latency(n_tokens: int) -> tuple[float, float]:
+        with ThreadPoolExecutor(batch) as pool:
+            out = list(pool.map(lambda _: one_request(url, text, n_tokens, ignore_eos=True), range(batch)))
+        return float(np.mean([r["latency"] for r in out])), float(np.mean([r["output"] for r in out]))
+    short, short_out = mean_latency(1)
+    long, long_out = mean_latency(tokens)
+    return max(0.0, long - short) / max(1.0, long_out - short_out)
+
+
+def calibrate(urls: list[str], prompts: list[str], samples: int = 3, decode_tokens: int = 17,
+              batch: int = 4) -> dict[str, float]:
+    """These workers' service model, as ``lcr serve-router`` flags. Each sample prompt runs
+    once on a flushed worker, then again cached: (cold TTFT - warm TTFT) / cached tokens is
+    what a cached token saves (a cached token is then taken as free). Then, cached, one
+    decode step alone and with ``batch`` requests decoding together (``decode_step``):
+    the step alone is the decode cost per output token, and the step's growth per extra
+    request is what one request's decode delays the others by, so ``slots`` (the requests
+    that share a step's cost) is the step over that growth. Medians over the samples; a
+    request's fixed costs (HTTP, tokenising, scheduling) cancel in every difference. LBGR is
+    told these instead of the GPU defaults, whose scale is far from a CPU worker's: its
+    queueing term charges a request's decode share (decode / slots) to the requests queued
+    behind it (docs/routing.md, "Why LBGR lost with few clients")."""
+    saved, alone, growth = [], [], []
     for text in prompts[:samples]:
         flush(urls)
         cold = one_request(urls[0], text, 1)
         warm = one_request(urls[0], text, 1)
         saved.append(max(0.0, cold["ttft"] - warm["ttft"]) / max(1, warm["cached"]))
+        alone.append(decode_step(urls[0], text, 1, decode_tokens))
+        growth.append((decode_step(urls[0], text, batch, decode_tokens) - alone[-1]) / (batch - 1))
     flush(urls)
-    return float(np.median(saved)), 0.0
+    step, extra = float(np.median(alone)), float(np.median(growth))
+    slots = int(min(64, max(1, round(step / extra)))) if extra > 0 else 64
+    return {"miss-s-per-token": float(np.median(saved)), "hit-s-per-token": 0.0,
+            "decode-s-per-token": step, "slots": slots}
 
 
 def run_router(name: str, urls: list[str], prompts: list[str], clients: int, max_new: int, logs: Path,
@@ -207,7 +235,11 @@ def main() -> int:
     parser.add_argument("--sglang-router-019", help="a --target directory holding sglang-router 0.1.9")
     parser.add_argument("--routers", default=",".join(ROUTERS))
     parser.add_argument("--calibrate", action="store_true",
-                        help="measure the workers' prefill cost per token first and give it to lcr's routers")
+                        help="measure the workers' prefill and decode costs per token first and give them to lcr's routers")
+    parser.add_argument("--pin-workers", action=argparse.BooleanOptionalAction, default=True,
+                        help="pin worker i to CPU core i (mod the cores), so that workers have "
+                             "independent capacity as on separate GPUs (default; unpinned, every "
+                             "worker's torch threads compete for every core)")
     parser.add_argument("--out", default="benchmarks/results/routing_live.json")
     args = parser.parse_args()
     from sglang_e2e_model import build_tiny_llama
@@ -218,10 +250,14 @@ def main() -> int:
     for i in range(args.workers):
         port = free_port()
         urls.append(f"http://127.0.0.1:{port}")
+        # Worker i on core i mod cores: independent capacities, as on separate GPUs. Unpinned,
+        # each worker's torch threads use every core and the two slow each other down (the
+        # small model's prefill: 5.1 ms per token unpinned, 0.67 pinned; docs/routing.md).
+        core = i % os.cpu_count() if args.pin_workers else None
         workers.append(start([sys.executable, "-m", "sglang_patch.launch_server", "--cache-policy", "lru",
                               "--model-path", str(model), "--device", "cpu", "--attention-backend",
                               "torch_native", "--max-total-tokens", str(args.pool_tokens), "--port",
-                              str(port), "--skip-server-warmup"], logs / f"worker{i}.log"))
+                              str(port), "--skip-server-warmup"], logs / f"worker{i}.log", core=core))
     rows, service_flags = [], []
     try:
         for i, url in enumerate(urls):
@@ -230,10 +266,11 @@ def main() -> int:
                            suffix_words=args.suffix_words)
         names = [n for n in args.routers.split(",") if n]
         if args.calibrate:
-            miss, hit = calibrate(urls, prompts)
-            service_flags = ["--miss-s-per-token", f"{miss:.3g}", "--hit-s-per-token", f"{hit:.3g}"]
-            print(f"calibrated: {miss * 1e3:.3f} ms per uncached token, {hit * 1e3:.4f} ms per cached "
-                  f"token", flush=True)
+            model = calibrate(urls, prompts)
+            service_flags = [arg for name, value in model.items() for arg in (f"--{name}", f"{value:.3g}")]
+            print(f"calibrated: {model['miss-s-per-token'] * 1e3:.3f} ms per uncached token (cached ones "
+                  f"free), {model['decode-s-per-token'] * 1e3:.2f} ms per decode step, shared by "
+                  f"{model['slots']} requests", flush=True)
         for repeat in range(args.repeats):
             for name in (names if repeat % 2 == 0 else names[::-1]):
                 flush(urls)
@@ -266,7 +303,8 @@ def main() -> int:
         if moves:
             s["lbgr_moves"] = moves
             print(f"{'':<22} moved off the prefix's worker: {[m['moved'] for m in moves]} of "
-                  f"{[m['decisions'] for m in moves]}; by term {[m['moved_by'] for m in moves]}")
+                  f"{[m['decisions'] for m in moves]}; by term {[m['moved_by'] for m in moves]}; "
+                  f"unseen prefixes placed per worker {[m.get('placed') for m in moves]}")
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     Path(args.out).write_text(json.dumps({"args": vars(args), "service_flags": service_flags, "rows": rows,
                                           "summary": summary}, indent=1))

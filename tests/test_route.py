@@ -281,6 +281,7 @@ def test_recorded_lbgr_decisions_name_the_term_that_moved_a_request():
     assert summary["decisions"] == 4 and summary["no_match"] == 1
     assert summary["home"] == 2 and summary["moved"] == 1
     assert summary["moved_by"] == {"cost": 0, "load": 0, "residual": 0, "queueing": 1}
+    assert summary["placed"] == [0, 1]                                # the unseen prefix's home
     assert [d[3] for d in router.decisions] == [1, 0, 1, 0]
     # Bounded: only the latest RECORD_LIMIT decisions are kept.
     bounded = type("Bounded", (LBGRRouter,), {"RECORD_LIMIT": 2})(2, service=service, learn=False, record=True)

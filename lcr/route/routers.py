@@ -382,14 +382,18 @@ def moves_off_home(decisions) -> dict:
     """Summary of recorded LBGR decisions (``LBGRRouter(record=True).decisions``): how many
     requests went to a worker holding a shorter prefix than the longest any worker held,
     and which score term decided each such move (the term by which the home worker's score
-    exceeded the chosen one's the most)."""
+    exceeded the chosen one's the most); and per worker, how many prefixes no worker held
+    were placed there (``placed``: a group's home, so its share of cache and load)."""
     summary = {"decisions": 0, "no_match": 0, "home": 0, "moved": 0,
-               "moved_by": {"cost": 0, "load": 0, "residual": 0, "queueing": 0}}
+               "moved_by": {"cost": 0, "load": 0, "residual": 0, "queueing": 0}, "placed": []}
     for _, _, scores, chosen in decisions:
         summary["decisions"] += 1
         held = max(s.hit for s in scores)
         if held == 0:
             summary["no_match"] += 1
+            placed = summary["placed"]
+            placed.extend([0] * (len(scores) - len(placed)))
+            placed[chosen] += 1
             continue
         if scores[chosen].hit == held:
             summary["home"] += 1
