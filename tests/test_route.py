@@ -381,6 +381,60 @@ def test_a_completion_frees_its_worker_before_a_simultaneous_arrival_is_routed()
     assert seen == [[0], [0]]
 
 
+def test_a_closed_loop_keeps_exactly_its_clients_in_flight():
+    """clients=C: each request is sent when an earlier one completes, never more than C in
+    flight and C at once when the workers are slow; one client sees no queueing at all."""
+    seen = []
+
+    class Recorder(CacheAwareRouter):
+        def route(self, request, now, outstanding):
+            seen.append((request.rid, now, sum(outstanding)))
+            return super().route(request, now, outstanding)
+
+    pairs = shared_prefix(groups=4, prompts=6, prompt_tokens=256, output_tokens=4, seed=2)
+    requests = with_arrivals(pairs, poisson_arrivals(len(pairs), 1000.0, seed=2))  # ignored
+    service = ServiceModel(miss_s_per_token=1e-3, hit_s_per_token=0.0, decode_s_per_token=0.01,
+                           slots=1, prefill_slots=1)
+    for clients in (1, 3):
+        seen.clear()
+        out = simulate(requests, Recorder(2), cache_tokens=4096, service=service, clients=clients)
+        assert [rid for rid, _, _ in seen] == list(range(len(requests)))   # sent in order
+        assert max(n for _, _, n in seen) == clients - 1                     # the others in flight
+        assert [now for _, now, _ in seen[:clients]] == [0.0] * clients
+        assert all(now > 0 for _, now, _ in seen[clients:])                  # each on a completion
+        assert sum(out.per_worker_requests) == len(requests)
+    # One client: nothing ever waits, so TTFT is the prefill alone, and the latency the
+    # prefill plus 4 decode steps.
+    one = simulate(requests, make_router("round_robin", 2), cache_tokens=4096, service=service, clients=1)
+    assert one.latency_p50 == pytest.approx(one.ttft_p50 + 0.04)
+    assert one.ttft_p95 <= service.prefill(0, 256) + 1e-12
+    # As many clients as requests: an open loop with every arrival at 0.
+    at_zero = [RoutedRequest(r.rid, 0.0, r.request, r.output_tokens) for r in requests]
+    many = simulate(requests, make_router("cache_aware", 2), cache_tokens=4096, service=service,
+                    clients=len(requests))
+    open_ = simulate(at_zero, make_router("cache_aware", 2), cache_tokens=4096, service=service)
+    assert (many.hit_tokens, many.ttft_p50, many.latency_p95) == (open_.hit_tokens, open_.ttft_p50,
+                                                                 open_.latency_p95)
+    with pytest.raises(ValueError):
+        simulate(requests, make_router("round_robin", 2), cache_tokens=4096, clients=0)
+
+
+def test_service_jitter_is_lognormal_with_mean_one_and_seeded():
+    """One client, every prompt a miss: TTFT is the request's own prefill, so its spread is
+    the jitter's. Lognormal with mean 1 and log sd 0.5 has median exp(-0.125) = 0.8825."""
+    service = ServiceModel(miss_s_per_token=1e-3, hit_s_per_token=0.0, decode_s_per_token=0.0, slots=1)
+    requests = [RoutedRequest(i, 0.0, BlockRequest((i,), (100,)), 0) for i in range(4001)]
+    run = lambda jitter, seed=3: simulate(requests, make_router("round_robin", 1), cache_tokens=1000,
+                                          service=service, clients=1, jitter=jitter, seed=seed)
+    assert run(0.0).ttft_p50 == pytest.approx(0.1) and run(0.0).ttft_p95 == pytest.approx(0.1)
+    jittered = run(0.5)
+    assert jittered.ttft_p50 == pytest.approx(0.1 * np.exp(-0.125), rel=0.03)
+    assert jittered.ttft_p95 == pytest.approx(0.1 * np.exp(-0.125 + 1.645 * 0.5), rel=0.05)
+    assert run(0.5).ttft_p50 == jittered.ttft_p50 != run(0.5, seed=4).ttft_p50
+    with pytest.raises(ValueError):
+        run(-0.1)
+
+
 def test_with_one_worker_every_router_serves_what_the_radix_tree_serves():
     pairs = shared_prefix(groups=8, prompts=6, prompt_tokens=512, seed=5)
     requests = with_arrivals(pairs, poisson_arrivals(len(pairs), 5.0, seed=5))
@@ -462,11 +516,15 @@ def test_sim_route_cli_runs_and_rejects_bad_input(tmp_path):
              "--json", str(tmp_path / "r.json"))
     assert ok.returncode == 0, ok.stderr
     assert "cache_aware" in ok.stdout and (tmp_path / "r.json").exists()
+    closed = lcr("gsp:groups=4,prompts=4", "--workers", "2", "--routers", "round_robin",
+                 "--arrivals", "closed:clients=3")
+    assert closed.returncode == 0 and "closed:clients=3" in closed.stdout, closed.stderr
     for bad in (["gsp:groups=0"], ["gsp", "--workers", "0"], ["gsp", "--routers", "nope"],
                 ["gsp", "--arrivals", "poisson:rate=-1"], ["gsp", "--policies", "opt"],
                 ["gsp", "--routers", "lbgr:features=x"], ["gsp", "--slots", "0"],
                 ["gsp", "--limit", "0"], ["gsp", "--seed", "-1"],
-                ["gsp", "--routers", "cache_aware:defaults=0.2"]):
+                ["gsp", "--routers", "cache_aware:defaults=0.2"], ["gsp", "--arrivals", "closed:clients=0"],
+                ["gsp", "--arrivals", "closed:rate=2"], ["gsp", "--service-jitter", "-1"]):
         out = lcr(*bad)
         assert out.returncode == 2, (bad, out.stderr)
         assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr

@@ -6,6 +6,8 @@ import math
 import sys
 from pathlib import Path
 
+import numpy as np
+
 from lcr.errors import LcrInputError
 from lcr.route.routers import ROUTERS, make_router
 from lcr.route.service import ServiceModel
@@ -36,8 +38,12 @@ def register(subparsers) -> None:
     p.add_argument("--workers", default="4", help="worker counts, e.g. 2,4,8,10")
     p.add_argument("--cache-tokens", default="16384", help="KV cache tokens per worker (comma-separated)")
     p.add_argument("--arrivals", default="poisson:rate=20",
-                   help="poisson:rate=R, or azure:PATH[,rate=R] (the Azure LLM inference trace's "
-                        "timestamps, rescaled to mean rate R if given)")
+                   help="poisson:rate=R, azure:PATH[,rate=R] (the Azure LLM inference trace's "
+                        "timestamps, rescaled to mean rate R if given), or closed:clients=C (C "
+                        "clients, each sending its next request when its last one completes)")
+    p.add_argument("--service-jitter", type=float, default=0.0,
+                   help="log standard deviation of each request's real service time around the "
+                        "service model's (lognormal, mean 1; the routers still estimate with the model)")
     p.add_argument("--block-tokens", type=int, default=64, help="tokens per prefix block")
     p.add_argument("--limit", type=int, help="route only the first N requests")
     add_service_flags(p)
@@ -135,19 +141,25 @@ def load_requests(spec: str, block_tokens: int, seed: int, limit: int | None):
     return requests
 
 
-def arrival_times(spec: str, count: int, seed: int):
+def arrival_times(spec: str, count: int, seed: int) -> tuple[np.ndarray, int | None]:
+    """The requests' arrival times and, for a closed loop, its number of clients."""
     kind, _, rest = spec.partition(":")
+    if kind == "closed":
+        params = _spec_params(rest)
+        if set(params) != {"clients"}:
+            raise LcrInputError(f"--arrivals {spec!r}: expected closed:clients=C")
+        return np.zeros(count), _ints(params["clients"], "--arrivals clients", 1, 1 << 20)[0]
     if kind == "poisson":
         params = _spec_params(rest)
         if set(params) != {"rate"}:
             raise LcrInputError(f"--arrivals {spec!r}: expected poisson:rate=R")
-        return poisson_arrivals(count, _positive(params["rate"], "--arrivals rate"), seed)
+        return poisson_arrivals(count, _positive(params["rate"], "--arrivals rate"), seed), None
     if kind == "azure":
         path, _, tail = rest.partition(",")
         params = _spec_params(tail)
         rate = _positive(params["rate"], "--arrivals rate") if "rate" in params else None
-        return azure_arrivals(path, count, rate)
-    raise LcrInputError(f"--arrivals {spec!r}: expected poisson:rate=R or azure:PATH[,rate=R]")
+        return azure_arrivals(path, count, rate), None
+    raise LcrInputError(f"--arrivals {spec!r}: expected poisson:rate=R, azure:PATH[,rate=R] or closed:clients=C")
 
 
 def _positive(text: str, flag: str) -> float:
@@ -161,7 +173,7 @@ def _positive(text: str, flag: str) -> float:
 
 
 def run(args) -> int:
-    from lcr.route.sim import simulate
+    from lcr.route.sim import check_jitter, simulate
 
     routers = [PolicySpec.parse(item, registry=ROUTERS) for item in split_policies(args.routers)]
     if not routers:
@@ -179,8 +191,10 @@ def run(args) -> int:
     check_limit(args.limit)
     check_seed(args.seed)
     service = service_model(args)
+    check_jitter(args.service_jitter)
     pairs = load_requests(args.workload, args.block_tokens, args.seed, args.limit)
-    requests = with_arrivals(pairs, arrival_times(args.arrivals, len(pairs), args.seed))
+    arrivals, clients = arrival_times(args.arrivals, len(pairs), args.seed)
+    requests = with_arrivals(pairs, arrivals)
 
     results = []
     header = (f"{'router':<28} {'policy':<6} {'workers':>7} {'cache':>8} {'hit rate':>8} "
@@ -197,7 +211,8 @@ def run(args) -> int:
                     except TypeError as err:
                         raise LcrInputError(f"router {spec.label}: {err}") from None
                     r = simulate(requests, router, policy=policy, cache_tokens=size,
-                                 service=service, seed=args.seed)
+                                 service=service, seed=args.seed, clients=clients,
+                                 jitter=args.service_jitter)
                     results.append({"router_spec": spec.label, **r.as_dict()})
                     print(f"{spec.label:<28} {policy:<6} {workers:>7} {size:>8} {r.hit_rate:>8.4f} "
                           f"{r.ttft_p50:>9.3f} {r.ttft_p95:>8.3f} {r.latency_p50:>8.3f} "

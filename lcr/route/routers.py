@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -211,6 +211,14 @@ class LBGRRouter(Router):
     live, a fit on a few dozen latencies that mostly reflect momentary queueing would
     otherwise learn "this worker is slow" from noise and move groups off their home.
 
+    ``copies``: which copies of a prefix the second-copy cost charges. ``new`` (the default):
+    only a copy the request would create (tokens the chosen worker lacks). ``home``: also a
+    copy a worker already holds, unless that worker is the prefix's home (where it was
+    first routed): once a group is held twice, ``new`` charges neither copy, so the group's
+    requests follow the momentary load between both and keep both copies alive, each
+    taking cache another group needs; ``home`` sends them back home unless the load there
+    outweighs a copy's cost, so the extra copy can age out.
+
     ``record``: keep the per-worker ``Score`` terms of the last ``RECORD_LIMIT`` decisions
     in ``decisions`` (bounded: a long-running ``serve-router`` would otherwise grow without
     end).
@@ -221,14 +229,22 @@ class LBGRRouter(Router):
     RECORD_LIMIT = 10_000
     QUEUEING = ("little", "none")
     LOADS = ("decay", "backlog")
+    COPIES = ("new", "home")
+    HOME_LIMIT = 1 << 20
 
     def __init__(self, workers: int, seed: int = 0, service: ServiceModel | None = None,
                  features: str = "paper", forgetting: float = 0.992, decay: float = 31 / 32,
                  decay_interval: float = 0.02, hysteresis: float = 0.02, queueing: str = "little",
                  max_index_tokens: int | None = None, learn: bool = True, record: bool = False,
                  duplicate_cost: bool = True, first_sight: str | None = None, confidence: float = 2.0,
-                 load: str = "decay"):
+                 load: str = "decay", copies: str = "new"):
         super().__init__(workers, seed)
+        if copies not in self.COPIES:
+            raise LcrInputError(f"lbgr: copies must be one of {', '.join(self.COPIES)}, got {copies!r}")
+        self.copies = copies
+        # copies=home: block path -> the worker it was first routed to, least recently routed
+        # first, bounded like the decisions record.
+        self._home: OrderedDict[int, int] = OrderedDict()
         if load not in self.LOADS:
             raise LcrInputError(f"lbgr: load must be one of {', '.join(self.LOADS)}, got {load!r}")
         self.load_rule = load
@@ -296,6 +312,7 @@ class LBGRRouter(Router):
         hits = [index.match(request.request) for index in self.indexes]
         # The longest prefix some worker in rotation is believed to hold.
         held = max((hits[w] for w in range(self.workers) if w not in self.dead), default=0)
+        home = self.home_of(request.request, held) if self.copies == "home" else None
         out = []
         for worker, hit in enumerate(hits):
             miss = request.prompt_tokens - hit
@@ -303,12 +320,25 @@ class LBGRRouter(Router):
             queueing = 0.0
             if self.queueing == "little" and outstanding is not None:
                 queueing = (self.service.occupancy(hit, miss, self._mean_output) * outstanding[worker]
-                            + self.duplication(held - hit, outstanding[worker]))
+                            + self.duplication(held if home not in (None, worker) else held - hit,
+                                               outstanding[worker]))
             out.append(Score(cost=self.service.prefill(hit, miss) + self.service.decode(self._mean_output),
                              load=self.load[worker],
                              residual=self.models[worker].predict(phi, self.confidence),
                              queueing=queueing, hit=hit, phi=phi))
         return out
+
+    def home_of(self, request, held: int) -> int | None:
+        """The worker the deepest block of the ``held``-token prefix was first routed to, if
+        known and in rotation."""
+        deepest, tokens = None, 0
+        for path, block in zip(request.paths, request.tokens):
+            if tokens + block > held:
+                break
+            tokens += block
+            deepest = path
+        home = self._home.get(deepest)
+        return None if home is None or home in self.dead else home
 
     def duplication(self, tokens: int, outstanding: int) -> float:
         """What storing a second copy of ``tokens`` prefix tokens, already cached at another
@@ -353,6 +383,12 @@ class LBGRRouter(Router):
         self.load[best] += cost
         self._in_flight[request.rid] = (best, _InFlight(cost, now, chosen.cost + chosen.load, chosen.phi))
         self.indexes[best].insert(request.request)
+        if self.copies == "home":
+            for path in request.request.paths:
+                self._home.setdefault(path, best)
+                self._home.move_to_end(path)
+            while len(self._home) > self.HOME_LIMIT:
+                self._home.popitem(last=False)
         return best
 
     def on_complete(self, worker, request, now, latency):

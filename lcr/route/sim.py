@@ -7,6 +7,16 @@ and a prefill lane are free, and gives the lane back when its prefill ends). A r
 cache hit is decided when it starts (its prefix is matched and its new blocks inserted
 then), its prefill costs what the hit leaves uncached, and its first token comes after the
 queueing delay plus prefill. The router only learns of completions, as a real one does.
+
+Arrivals are open (each request at its own ``arrival``) or, with ``clients``, a closed
+loop: that many clients each send their next request when their previous one completes
+(bench_serving's ``--max-concurrency``, and the live benchmark's clients), so the
+requests' own arrival times are ignored.
+
+``jitter`` makes the workers' real service times vary around the service model's: each
+request's prefill and decode take a lognormal multiple (mean 1, log standard deviation
+``jitter``) of what the model says, drawn per request from ``seed``. Routers still
+estimate with the model, as live ones do.
 """
 from __future__ import annotations
 
@@ -67,10 +77,17 @@ class _Worker:
 
 def simulate(requests: Sequence[RoutedRequest], router: Router, *, policy: str = "lru",
              cache_tokens: int, service: ServiceModel | Sequence[ServiceModel] | None = None,
-             predictor: str = "lightgbm", seed: int = 0) -> RouteResult:
-    """Serve ``requests`` (in arrival order) on ``router.workers`` workers."""
+             predictor: str = "lightgbm", seed: int = 0, clients: int | None = None,
+             jitter: float = 0.0) -> RouteResult:
+    """Serve ``requests`` (in arrival order) on ``router.workers`` workers; with ``clients``,
+    in a closed loop of that many clients, in the same order."""
     if cache_tokens < 1:
         raise LcrInputError(f"cache size must be at least 1 token per worker, got {cache_tokens}")
+    if clients is not None and clients < 1:
+        raise LcrInputError(f"closed loop: clients must be at least 1, got {clients}")
+    check_jitter(jitter)
+    # Per request, the factor its real service time has over the model's (1 without jitter).
+    slowdown = np.exp(jitter * np.random.default_rng(seed).standard_normal(len(requests)) - jitter ** 2 / 2)
     n = router.workers
     services = _per_worker(service, n)
     workload = BlockWorkload([r.request for r in requests], "routed")
@@ -85,8 +102,12 @@ def simulate(requests: Sequence[RoutedRequest], router: Router, *, policy: str =
     # slot is seen by the next arrival.
     PREFILLED, DONE, ARRIVAL = 0, 1, 2
     events: list[tuple[float, int, int, int, int]] = []
-    for i, r in enumerate(requests):
-        heapq.heappush(events, (r.arrival, ARRIVAL, i, -1, i))
+    arrival = np.array([r.arrival for r in requests], dtype=float)
+    if clients is not None:  # the first `clients` requests at once, each later one on a completion
+        arrival[:] = 0.0
+    issued = len(requests) if clients is None else min(clients, len(requests))
+    for i in range(issued):
+        heapq.heappush(events, (arrival[i], ARRIVAL, i, -1, i))
     ttft = np.zeros(len(requests))
     latency = np.zeros(len(requests))
     hits = 0
@@ -103,9 +124,9 @@ def simulate(requests: Sequence[RoutedRequest], router: Router, *, policy: str =
             hit = worker.tree.serve(r.request, started)
             started += 1
             hits += hit
-            prefill = worker.service.prefill(hit, r.prompt_tokens - hit)
-            service_time = prefill + worker.service.decode(r.output_tokens)
-            ttft[r.rid] = now - r.arrival + prefill
+            prefill = worker.service.prefill(hit, r.prompt_tokens - hit) * slowdown[r.rid]
+            service_time = prefill + worker.service.decode(r.output_tokens) * slowdown[r.rid]
+            ttft[r.rid] = now - arrival[r.rid] + prefill
             worker.free_slots -= 1
             worker.free_prefill -= 1
             worker.busy += service_time
@@ -131,12 +152,16 @@ def simulate(requests: Sequence[RoutedRequest], router: Router, *, policy: str =
             worker = workers[w]
             worker.free_slots += 1
             worker.outstanding -= 1
-            latency[i] = now - r.arrival
+            latency[i] = now - arrival[i]
             last_finish = max(last_finish, now)
             router.on_complete(w, r, now, latency[i])
+            if issued < len(requests):  # closed loop: this client's next request
+                arrival[issued] = now
+                heapq.heappush(events, (now, ARRIVAL, issued, -1, issued))
+                issued += 1
             start_ready(w, now)
 
-    makespan = last_finish - (requests[0].arrival if requests else 0.0)
+    makespan = last_finish - (arrival[0] if requests else 0.0)
     return RouteResult(
         router=router.name, policy=policy, workers=n, cache_tokens=cache_tokens,
         requests=len(requests), prompt_tokens=sum(r.prompt_tokens for r in requests),
@@ -147,6 +172,11 @@ def simulate(requests: Sequence[RoutedRequest], router: Router, *, policy: str =
         per_worker_requests=[x.served for x in workers],
         per_worker_busy=[x.busy / (x.service.slots * makespan) if makespan > 0 else 0.0
                          for x in workers])
+
+
+def check_jitter(jitter: float) -> None:
+    if not (np.isfinite(jitter) and jitter >= 0):
+        raise LcrInputError(f"service jitter must be a finite number >= 0, got {jitter!r}")
 
 
 def _per_worker(service, n: int) -> list[ServiceModel]:
