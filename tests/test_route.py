@@ -290,6 +290,31 @@ def test_recorded_lbgr_decisions_name_the_term_that_moved_a_request():
     assert [d[0] for d in bounded.decisions] == [3, 4]
 
 
+def test_lbgr_group_copy_cost_counts_the_requests_that_shared_the_prefix():
+    """copy_cost=group: a second copy of a prefix that 3 requests went through costs 3
+    re-prefills; once (the default) one; a prefix nobody holds costs nothing either way;
+    the count stops at GROUP_LIMIT."""
+    service = ServiceModel(miss_s_per_token=1e-3, hit_s_per_token=0.0, decode_s_per_token=0.0,
+                           slots=4, prefill_slots=1)
+    for copy_cost, expected in (("once", 1), ("group", 3)):
+        router = LBGRRouter(2, service=service, learn=False, copy_cost=copy_cost)
+        assert [router.route(req(rid, [1, 2, 3, 10 + rid]), 0.0, [0, 0]) for rid in range(3)] == [0, 0, 0]
+        router.load = [0.0, 0.0]                                    # so that the next one stays home
+        assert router.route(req(9, [1, 2, 50]), 0.0, [0, 0]) == 0   # 4 through block 2, 3 through 3
+        scores = router.estimates(req(3, [1, 2, 3, 20]), 0.0, [2, 1])   # worker 0 holds 300 tokens
+        assert scores[1].queueing == pytest.approx(service.occupancy(0, 400, 0.0) * 1
+                                                   + expected * router.duplication(300, 1))
+        assert scores[0].queueing == pytest.approx(service.occupancy(300, 100, 0.0) * 2)
+        assert router.estimates(req(4, [7, 8]), 0.0, [0, 0])[1].queueing == 0.0
+    capped = LBGRRouter(2, service=service, learn=False, copy_cost="group")
+    for rid in range(LBGRRouter.GROUP_LIMIT + 5):
+        capped.route(req(rid, [1, 2, 30 + rid]), 0.0, [0, 0])
+    assert capped.group_size(BlockRequest((1, 2, 99), (100, 100, 100)), 200) == LBGRRouter.GROUP_LIMIT
+    assert capped.group_size(BlockRequest((1, 2, 99), (100, 100, 100)), 0) == 1
+    with pytest.raises(ValueError):
+        LBGRRouter(2, copy_cost="always")
+
+
 def test_lbgr_places_an_unseen_prefix_by_routed_share_not_momentary_load():
     """No worker holds the prefix: first_sight=index sends it to the worker with the fewest
     routed tokens even though that worker is busier this second; first_sight=score goes by

@@ -200,6 +200,12 @@ class LBGRRouter(Router):
     see ``duplication``), so an idle worker takes a request whose prefix is cached elsewhere
     only when the home's queue outweighs the request's prefill twice over.
 
+    ``copy_cost``: how many times the second-copy cost is counted. ``once`` (the default):
+    one re-prefill of the copied tokens. ``group``: once per request that has shared the
+    held prefix so far (up to ``GROUP_LIMIT``): a prefix that served n requests is expected
+    to serve about as many more, and a copy splits them between two caches, each holding
+    the group at the expense of others (docs/routing.md, "Why LBGR lost with few clients").
+
     ``first_sight``: where a prefix no worker holds goes. ``score`` (the paper's rule) by
     the score, i.e. by the last second's load; ``index`` (the default under
     ``queueing=little``) to the worker with the fewest routed tokens, cache_aware's rule:
@@ -211,14 +217,6 @@ class LBGRRouter(Router):
     live, a fit on a few dozen latencies that mostly reflect momentary queueing would
     otherwise learn "this worker is slow" from noise and move groups off their home.
 
-    ``copies``: which copies of a prefix the second-copy cost charges. ``new`` (the default):
-    only a copy the request would create (tokens the chosen worker lacks). ``home``: also a
-    copy a worker already holds, unless that worker is the prefix's home (where it was
-    first routed): once a group is held twice, ``new`` charges neither copy, so the group's
-    requests follow the momentary load between both and keep both copies alive, each
-    taking cache another group needs; ``home`` sends them back home unless the load there
-    outweighs a copy's cost, so the extra copy can age out.
-
     ``record``: keep the per-worker ``Score`` terms of the last ``RECORD_LIMIT`` decisions
     in ``decisions`` (bounded: a long-running ``serve-router`` would otherwise grow without
     end).
@@ -229,22 +227,23 @@ class LBGRRouter(Router):
     RECORD_LIMIT = 10_000
     QUEUEING = ("little", "none")
     LOADS = ("decay", "backlog")
-    COPIES = ("new", "home")
-    HOME_LIMIT = 1 << 20
+    COPY_COSTS = ("once", "group")
+    GROUP_LIMIT = 8
+    PATHS_LIMIT = 1 << 20
 
     def __init__(self, workers: int, seed: int = 0, service: ServiceModel | None = None,
                  features: str = "paper", forgetting: float = 0.992, decay: float = 31 / 32,
                  decay_interval: float = 0.02, hysteresis: float = 0.02, queueing: str = "little",
                  max_index_tokens: int | None = None, learn: bool = True, record: bool = False,
                  duplicate_cost: bool = True, first_sight: str | None = None, confidence: float = 2.0,
-                 load: str = "decay", copies: str = "new"):
+                 load: str = "decay", copy_cost: str = "once"):
         super().__init__(workers, seed)
-        if copies not in self.COPIES:
-            raise LcrInputError(f"lbgr: copies must be one of {', '.join(self.COPIES)}, got {copies!r}")
-        self.copies = copies
-        # copies=home: block path -> the worker it was first routed to, least recently routed
-        # first, bounded like the decisions record.
-        self._home: OrderedDict[int, int] = OrderedDict()
+        if copy_cost not in self.COPY_COSTS:
+            raise LcrInputError(f"lbgr: copy_cost must be one of {', '.join(self.COPY_COSTS)}, got {copy_cost!r}")
+        self.copy_cost = copy_cost
+        # copy_cost=group: block path -> requests routed through it, least recently routed
+        # first, bounded.
+        self._routed_through: OrderedDict[int, int] = OrderedDict()
         if load not in self.LOADS:
             raise LcrInputError(f"lbgr: load must be one of {', '.join(self.LOADS)}, got {load!r}")
         self.load_rule = load
@@ -312,7 +311,7 @@ class LBGRRouter(Router):
         hits = [index.match(request.request) for index in self.indexes]
         # The longest prefix some worker in rotation is believed to hold.
         held = max((hits[w] for w in range(self.workers) if w not in self.dead), default=0)
-        home = self.home_of(request.request, held) if self.copies == "home" else None
+        copies = self.group_size(request.request, held) if self.copy_cost == "group" else 1
         out = []
         for worker, hit in enumerate(hits):
             miss = request.prompt_tokens - hit
@@ -320,25 +319,23 @@ class LBGRRouter(Router):
             queueing = 0.0
             if self.queueing == "little" and outstanding is not None:
                 queueing = (self.service.occupancy(hit, miss, self._mean_output) * outstanding[worker]
-                            + self.duplication(held if home not in (None, worker) else held - hit,
-                                               outstanding[worker]))
+                            + copies * self.duplication(held - hit, outstanding[worker]))
             out.append(Score(cost=self.service.prefill(hit, miss) + self.service.decode(self._mean_output),
                              load=self.load[worker],
                              residual=self.models[worker].predict(phi, self.confidence),
                              queueing=queueing, hit=hit, phi=phi))
         return out
 
-    def home_of(self, request, held: int) -> int | None:
-        """The worker the deepest block of the ``held``-token prefix was first routed to, if
-        known and in rotation."""
+    def group_size(self, request, held: int) -> int:
+        """Requests routed so far through the deepest block of the ``held``-token prefix (at
+        least 1, at most ``GROUP_LIMIT``)."""
         deepest, tokens = None, 0
         for path, block in zip(request.paths, request.tokens):
             if tokens + block > held:
                 break
             tokens += block
             deepest = path
-        home = self._home.get(deepest)
-        return None if home is None or home in self.dead else home
+        return min(self.GROUP_LIMIT, max(1, self._routed_through.get(deepest, 0)))
 
     def duplication(self, tokens: int, outstanding: int) -> float:
         """What storing a second copy of ``tokens`` prefix tokens, already cached at another
@@ -383,12 +380,13 @@ class LBGRRouter(Router):
         self.load[best] += cost
         self._in_flight[request.rid] = (best, _InFlight(cost, now, chosen.cost + chosen.load, chosen.phi))
         self.indexes[best].insert(request.request)
-        if self.copies == "home":
+        if self.copy_cost == "group":
+            counts = self._routed_through
             for path in request.request.paths:
-                self._home.setdefault(path, best)
-                self._home.move_to_end(path)
-            while len(self._home) > self.HOME_LIMIT:
-                self._home.popitem(last=False)
+                counts[path] = counts.get(path, 0) + 1
+                counts.move_to_end(path)
+            while len(counts) > self.PATHS_LIMIT:
+                counts.popitem(last=False)
         return best
 
     def on_complete(self, worker, request, now, latency):
