@@ -114,6 +114,7 @@ def one_request(url: str, text: str, max_new_tokens: int, ignore_eos: bool = Fal
     started = time.perf_counter()
     first, meta = None, {}
     with urllib.request.urlopen(request, timeout=600) as reply:
+        worker = reply.headers.get("X-Lcr-Worker")   # lcr's routers name the worker that answered
         for line in reply:
             if not line.startswith(b"data:"):
                 continue
@@ -124,7 +125,7 @@ def one_request(url: str, text: str, max_new_tokens: int, ignore_eos: bool = Fal
                 meta = json.loads(payload).get("meta_info", meta)
     return {"ttft": first, "latency": time.perf_counter() - started,
             "prompt": meta.get("prompt_tokens", 0), "cached": meta.get("cached_tokens", 0),
-            "output": meta.get("completion_tokens", 0)}
+            "output": meta.get("completion_tokens", 0), "worker": None if worker is None else int(worker)}
 
 
 def flush(urls: list[str]) -> None:
@@ -174,7 +175,7 @@ def calibrate(urls: list[str], prompts: list[str], samples: int = 3, decode_toke
 
 
 def run_router(name: str, urls: list[str], prompts: list[str], clients: int, max_new: int, logs: Path,
-               service_flags: list[str], sglang_019: str | None = None) -> dict:
+               service_flags: list[str], sglang_019: str | None = None, prefix_words: int = 300) -> dict:
     kind, policy = name.split(":", 1)   # lcr routers may carry parameters: lcr:lbgr:queueing=none
     port = free_port()
     path_first = None
@@ -214,10 +215,19 @@ def run_router(name: str, urls: list[str], prompts: list[str], clients: int, max
     finally:
         stop(proc)
     ttft = np.array([r["ttft"] for r in results])
+    # Per group (its shared prefix), the workers its requests went to in sending order, as
+    # lcr's proxy reports them: where each group was placed, and which groups got split.
+    groups: dict[str, list[int]] = {}
+    for text, r in zip(prompts, results):
+        if r["worker"] is not None:
+            groups.setdefault(" ".join(text.split()[:prefix_words]), []).append(r["worker"])
+    placement = ["".join(map(str, ws)) for ws in groups.values()]
     return {"router": name, "cached_ratio": sum(r["cached"] for r in results) / max(1, sum(r["prompt"] for r in results)),
             "ttft_p50": float(np.percentile(ttft, 50)), "ttft_p99": float(np.percentile(ttft, 99)),
             "latency_p50": float(np.median([r["latency"] for r in results])),
-            "req_per_s": len(results) / elapsed, "route_us": overhead, "lbgr_moves": moves}
+            "req_per_s": len(results) / elapsed, "route_us": overhead, "lbgr_moves": moves,
+            "group_workers": placement or None,
+            "groups_split": sum(len(set(ws)) > 1 for ws in placement) if placement else None}
 
 
 def main() -> int:
@@ -275,7 +285,7 @@ def main() -> int:
             for name in (names if repeat % 2 == 0 else names[::-1]):
                 flush(urls)
                 row = run_router(name, urls, prompts, args.clients, args.max_new_tokens, logs,
-                                 service_flags, args.sglang_router_019)
+                                 service_flags, args.sglang_router_019, args.prefix_words)
                 row["repeat"] = repeat
                 rows.append(row)
                 print(json.dumps(row), flush=True)
@@ -299,6 +309,12 @@ def main() -> int:
               f"{'' if s['route_us'] is None else format(s['route_us'], '9.0f')}")
         s["per_repeat"] = {k: [round(r[k], 3) for r in mine] for k in ("cached_ratio", "ttft_p50")}
         print(f"{'':<22} per repeat: cached {s['per_repeat']['cached_ratio']}, TTFT p50 {s['per_repeat']['ttft_p50']}")
+        split = [r["groups_split"] for r in mine if r.get("groups_split") is not None]
+        if split:
+            s["groups_split"] = split
+            print(f"{'':<22} groups served by more than one worker: {split} of "
+                  f"{[len(r['group_workers']) for r in mine]}; first placements per worker "
+                  f"{[[sum(ws[0] == str(w) for ws in r['group_workers']) for w in range(args.workers)] for r in mine]}")
         moves = [r["lbgr_moves"] for r in mine if r.get("lbgr_moves")]
         if moves:
             s["lbgr_moves"] = moves

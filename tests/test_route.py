@@ -575,9 +575,9 @@ def test_proxy_answers_503_when_no_worker_is_reachable_and_takes_them_out():
         finally:
             await proxy.client.aclose()
 
-    status, _ = asyncio.run(run())
+    status, _, worker = asyncio.run(run())
     metrics = proxy.metrics()
-    assert status == 503 and metrics["lost"] == 1 and metrics["retries"] == 1
+    assert status == 503 and worker is None and metrics["lost"] == 1 and metrics["retries"] == 1
     assert [w["alive"] for w in metrics["workers"]] == [False, False]
     assert proxy.outstanding == [0, 0]
 

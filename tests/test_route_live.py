@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from sglang_server import Server, free_port, post, pythonpath, sglang_serves  # noqa: E402
+from sglang_server import Server, free_port, pythonpath, sglang_serves  # noqa: E402
 from test_sglang_e2e import conversations  # noqa: E402
 
 from lcr.route.routers import CacheAwareRouter  # noqa: E402
@@ -70,8 +70,11 @@ class Router:
 
 
 def generate(url, ids):
-    return post(url + "/generate", {"input_ids": ids, "sampling_params": {"max_new_tokens": 2,
-                                                                          "temperature": 0}})
+    """The reply's JSON and the worker the router says answered it (X-Lcr-Worker)."""
+    body = json.dumps({"input_ids": ids, "sampling_params": {"max_new_tokens": 2, "temperature": 0}})
+    request = urllib.request.Request(url + "/generate", body.encode(), {"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=120) as reply:     # raises on any non-2xx
+        return json.loads(reply.read()), int(reply.headers["X-Lcr-Worker"])
 
 
 def test_router_routes_and_survives_a_killed_worker(workers, tmp_path):
@@ -79,15 +82,21 @@ def test_router_routes_and_survives_a_killed_worker(workers, tmp_path):
     try:
         prompts = list(conversations(count=6, turns=4))
         answered = cached = 0
+        served_by = []
         for i, ids in enumerate(prompts):
             if i == len(prompts) // 2:
                 os.killpg(workers[1].proc.pid, signal.SIGKILL)
                 workers[1].proc.wait(30)
-            out = generate(router.url, ids)                    # raises on any non-2xx
+            out, worker = generate(router.url, ids)
             answered += 1
+            served_by.append(worker)
             cached += out["meta_info"].get("cached_tokens", 0)
         metrics = router.metrics()
         assert answered == len(prompts) and metrics["lost"] == 0
+        # The header names the worker that answered: none after the kill is the dead one,
+        # and the counts agree with the router's own.
+        assert set(served_by[len(prompts) // 2:]) == {0}
+        assert served_by.count(0) == metrics["workers"][0]["routed"] - metrics["workers"][0]["failed"]
         assert cached > 0
         assert metrics["workers"][1]["alive"] is False
         assert metrics["workers"][0]["routed"] > len(prompts) // 2
@@ -106,7 +115,7 @@ def test_live_decisions_equal_the_router_objects(workers, tmp_path):
 
     async def run():
         for ids in conversations(count=4, turns=3):
-            status, _ = await proxy.forward("/generate", json.dumps(
+            status, _, _ = await proxy.forward("/generate", json.dumps(
                 {"input_ids": ids, "sampling_params": {"max_new_tokens": 1}}).encode())
             assert status == 200
         await proxy.client.aclose()

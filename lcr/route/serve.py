@@ -23,6 +23,7 @@ from lcr.route.routers import Router, moves_off_home
 from lcr.route.workload import RoutedRequest
 
 ROUTES = ("/generate", "/v1/completions", "/v1/chat/completions")
+WORKER_HEADER = "X-Lcr-Worker"
 CHARS_PER_TOKEN = 4
 
 
@@ -150,14 +151,15 @@ class RoutingProxy:
             self.router.on_failed(worker, request, now)
 
     async def forward(self, path: str, raw: bytes):
-        """(status, JSON bytes) or (status, async byte iterator) for a streamed reply."""
+        """(status, JSON bytes or an async byte iterator for a streamed reply, the index of
+        the worker that answered or None)."""
         try:
             body = json.loads(raw)
             if not isinstance(body, dict):
                 raise ValueError("not a JSON object")
             request = self._routed(body)
         except (ValueError, LcrInputError) as err:
-            return 400, json.dumps({"error": f"bad request: {err}"}).encode()
+            return 400, json.dumps({"error": f"bad request: {err}"}).encode(), None
         self.stats.requests += 1
         stream = bool(body.get("stream"))
         for attempt in range(len(self.urls)):
@@ -176,20 +178,20 @@ class RoutingProxy:
                     if reply.status_code >= 500:
                         raise ConnectionError(f"HTTP {reply.status_code}")
                     self._finish(worker, request, True)
-                    return reply.status_code, reply.content
+                    return reply.status_code, reply.content, worker
                 upstream = await self.client.send(
                     self.client.build_request("POST", url, content=raw,
                                               headers={"Content-Type": "application/json"}), stream=True)
                 if upstream.status_code >= 500:
                     await upstream.aclose()
                     raise ConnectionError(f"HTTP {upstream.status_code}")
-                return upstream.status_code, self._relay(worker, request, upstream)
+                return upstream.status_code, self._relay(worker, request, upstream), worker
             except Exception:  # noqa: BLE001 - connection refused, timeout, 5xx: try another
                 self.stats.workers[worker].failed += 1
                 self._finish(worker, request, False)
                 self._mark_dead(worker)
         self.stats.lost += 1
-        return 503, json.dumps({"error": "no worker could serve the request"}).encode()
+        return 503, json.dumps({"error": "no worker could serve the request"}).encode(), None
 
     async def _relay(self, worker: int, request: RoutedRequest, upstream):
         ok = False
@@ -234,10 +236,13 @@ def create_app(proxy: RoutingProxy):
         await proxy.client.aclose()
 
     async def handle(request: Request):
-        status, payload = await proxy.forward(request.url.path, await request.body())
+        status, payload, worker = await proxy.forward(request.url.path, await request.body())
+        # Which worker answered (its index in --worker-urls): what a client needs to see
+        # where its requests went.
+        headers = None if worker is None else {WORKER_HEADER: str(worker)}
         if isinstance(payload, bytes):
-            return Response(payload, status_code=status, media_type="application/json")
-        return StreamingResponse(payload, status_code=status, media_type="text/event-stream")
+            return Response(payload, status_code=status, media_type="application/json", headers=headers)
+        return StreamingResponse(payload, status_code=status, media_type="text/event-stream", headers=headers)
 
     for route in ROUTES:
         app.add_api_route(route, handle, methods=["POST"])
