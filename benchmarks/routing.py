@@ -2,6 +2,7 @@
 
     python benchmarks/routing.py [--sections rates,workers,...] [--rates 12,20,24]
                                  [--out benchmarks/results/routing.json] [--plot docs/routing/routing.png]
+                                 [--lbgr-variant 'load=backlog;copy_cost=group' ...]
 
 The paper's setup: SGLang's generated shared prefix with bench_serving's lengths (128 groups
 x 32 prompts, 2,048-token system prompt + 128-token question, 256 output tokens, groups
@@ -34,11 +35,13 @@ from pathlib import Path
 
 import numpy as np
 
-from lcr.route.routers import make_router
+from lcr.errors import LcrInputError
+from lcr.route.routers import ROUTERS as ROUTER_NAMES, make_router
 from lcr.route.service import ServiceModel
 from lcr.route.sim import simulate
 from lcr.route.workload import (azure_arrivals, from_trace, poisson_arrivals, shared_prefix,
                                 with_arrivals)
+from lcr.sim.sweep import PolicySpec
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 # cache_aware twice: sglang-router 0.3.2's defaults (installed) and 0.1.9's (the release
@@ -81,6 +84,7 @@ def label(name, params):
     tags += ["no_dup_cost"] if params.get("duplicate_cost") is False else []
     tags += ["confidence=0"] if params.get("confidence") == 0.0 else []
     tags += ["backlog"] if params.get("load") == "backlog" else []
+    tags += ["copy_cost=group"] if params.get("copy_cost") == "group" else []
     return f"{name}:{','.join(tags)}" if tags else name
 
 
@@ -123,11 +127,24 @@ def main() -> int:
     parser.add_argument("--rates", default="12,20,24", help="arrival rates of the 4-worker section")
     parser.add_argument("--per-worker-rate", type=float, default=6.0,
                         help="req/s per worker of the workers_scaled section")
+    parser.add_argument("--lbgr-variant", action="append", default=[], metavar="PARAMS",
+                        help="also run LBGR (queueing=little) with these parameters in every section, "
+                             "e.g. 'load=backlog;copy_cost=group' (';' or ',' between them; repeatable)")
     args = parser.parse_args()
     sections = [x for x in args.sections.split(",") if x]
     unknown = set(sections) - set(SECTIONS)
     if unknown:
         parser.error(f"--sections: unknown {', '.join(sorted(unknown))}; valid: {', '.join(SECTIONS)}")
+    variants = []
+    for text in args.lbgr_variant:
+        try:
+            spec = PolicySpec.parse("lbgr:" + text.replace(";", ","), registry=ROUTER_NAMES)
+            params = {"queueing": "little", **spec.kwargs}
+            make_router("lbgr", 2, service=PREFILL_BOUND, **params)
+        except (LcrInputError, TypeError) as err:
+            parser.error(f"--lbgr-variant {text!r}: {err}")
+        variants.append(("lbgr", params))
+    routers = ROUTERS + variants
     started = time.time()
     result = {"service": PREFILL_BOUND.__dict__, "gsp": GSP, "seeds": list(SEEDS), "sections": sections}
     gsp = {seed: shared_prefix(seed=seed, **GSP) for seed in SEEDS}
@@ -139,7 +156,7 @@ def main() -> int:
         rows = []
         for workers in (2, 4, 6, 8, 10):
             rate = rate_for(workers)
-            cell_rows = cell(poisson(gsp, rate), workers, 32_768, PREFILL_BOUND)
+            cell_rows = cell(poisson(gsp, rate), workers, 32_768, PREFILL_BOUND, routers)
             for r in cell_rows:
                 r["rate"] = rate
             print_rows(f"GSP, {workers} workers x 32,768 tokens, prefill-bound, Poisson {rate:g} req/s",
@@ -151,7 +168,7 @@ def main() -> int:
     if "rates" in sections:
         paper = []
         for rate in (float(x) for x in args.rates.split(",") if x):
-            rows = cell(poisson(gsp, rate), 4, 32_768, PREFILL_BOUND, ROUTERS + CAPPED)
+            rows = cell(poisson(gsp, rate), 4, 32_768, PREFILL_BOUND, routers + CAPPED)
             for r in rows:
                 r["rate"] = rate
             print_rows(f"GSP, 4 workers x 32,768 tokens, prefill-bound, Poisson {rate:g} req/s", rows)
@@ -169,14 +186,14 @@ def main() -> int:
 
     if "zipf" in sections:
         zipf = {seed: shared_prefix(seed=seed, zipf_alpha=1.0, **GSP) for seed in SEEDS}
-        rows = cell(poisson(zipf, 28.0), 4, 65_536, PREFILL_BOUND, ROUTERS + [BACKLOG])
+        rows = cell(poisson(zipf, 28.0), 4, 65_536, PREFILL_BOUND, routers + [BACKLOG])
         print_rows("GSP with zipf(1.0) groups, 4 workers x 65,536 tokens, prefill-bound, Poisson 28 req/s",
                    rows)
         result["gsp_zipf"] = rows
 
     if "earlier" in sections:
         earlier = {seed: shared_prefix(seed=seed) for seed in SEEDS}
-        rows = cell(poisson(earlier, 10.0), 4, 16_384, ServiceModel())
+        rows = cell(poisson(earlier, 10.0), 4, 16_384, ServiceModel(), routers)
         print_rows("Earlier setup: GSP 1,024-token prompts (ratio 0.5), 128 output tokens, "
                    "parallel prefill (ServiceModel defaults), 4 x 16,384 tokens, 10 req/s", rows)
         result["gsp_parallel_prefill"] = rows
@@ -188,7 +205,7 @@ def main() -> int:
         # load_trace's limit counts block references, not requests: slice requests instead.
         pairs = from_trace(load_trace(str(mooncake)), 512)[:3000]
         arrivals = azure_arrivals(azure, len(pairs), rate=1.5)
-        rows = cell(lambda seed: with_arrivals(pairs, arrivals), 4, 200_000, ServiceModel())
+        rows = cell(lambda seed: with_arrivals(pairs, arrivals), 4, 200_000, ServiceModel(), routers)
         print_rows("Mooncake conversations (3,000 requests), Azure conv arrivals at 1.5 req/s, "
                    "4 workers x 200,000 tokens", rows)
         result["mooncake"] = rows
