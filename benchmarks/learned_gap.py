@@ -94,7 +94,7 @@ def gap_closed(x: float, lru: float, opt: float) -> float:
     return (x - lru) / (opt - lru) if opt > lru else 0.0
 
 
-def run_trace(trace: Trace, variants: dict, heuristics: list[str]) -> list[dict]:
+def run_trace(trace: Trace, variants: dict, heuristics: list[str], seed: int = 0) -> list[dict]:
     rows = []
     for fraction in SIZES:
         k = max(1, round(fraction * trace.distinct_keys))
@@ -102,7 +102,7 @@ def run_trace(trace: Trace, variants: dict, heuristics: list[str]) -> list[dict]
         timing = {}
         for variant, params in variants.items():
             start = time.perf_counter()
-            model = replay_model(trace, LightGBMConfig(background=False, capacity=k, **params))
+            model = replay_model(trace, LightGBMConfig(background=False, capacity=k, seed=seed, **params))
             timing[variant] = (time.perf_counter() - start) / len(trace)
             for label, policy, params in LEARNED_POLICIES:
                 run = native_replay(trace, policy, k, model.values, mode="async", **params)
@@ -187,6 +187,8 @@ def main() -> None:
     parser.add_argument("--traces", help="comma-separated substrings: only traces whose path has one")
     parser.add_argument("--variants", help=f"comma-separated subset of {', '.join(VARIANTS)}")
     parser.add_argument("--markdown", action="store_true", help="print the tables of docs/predictor.md")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="the models' seed (training-sample draws and LightGBM): the spread across seeds")
     parser.add_argument("--generated", action="store_true", help="lcr's generated traces instead of the shared ones")
     args = parser.parse_args()
     heuristics = [h for h in HEURISTICS if h in POLICIES]
@@ -196,7 +198,7 @@ def main() -> None:
         for spec in GENERATED:
             if not args.traces or any(s in spec for s in args.traces.split(",")):
                 trace = planted_periodic() if spec == "planted-periodic" else generate(spec)
-                rows += run_trace(trace, variants, heuristics)
+                rows += run_trace(trace, variants, heuristics, args.seed)
     for relative in [] if args.generated else TRACES:
         if args.traces and not any(s in relative for s in args.traces.split(",")):
             continue
@@ -204,7 +206,7 @@ def main() -> None:
         if not path.exists():
             print(f"skipping {path}: not present")
             continue
-        rows += run_trace(load(path, args.max_requests), variants, heuristics)
+        rows += run_trace(load(path, args.max_requests), variants, heuristics, args.seed)
     summary = summarize(rows, heuristics)
     for name, s in summary.items():
         print(f"{name:24s} mean gap closed {s['mean_gap_closed']:+.1%} (median {s['median_gap_closed']:+.1%}); "
@@ -215,6 +217,7 @@ def main() -> None:
         print(markdown(rows, summary, heuristics))
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({"machine": machine_description(), "max_requests": args.max_requests,
+                                          "seed": args.seed,
                                           "heuristics": heuristics, "rows": rows, "summary": summary}, indent=1))
     if args.plot:
         plot(rows, args.plot)
