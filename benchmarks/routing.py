@@ -76,15 +76,22 @@ CAPPED = [("lbgr", {"queueing": "none", "max_index_tokens": 32_768}),
           BACKLOG]
 
 
+# Parameters the short tags below describe; any other (from --lbgr-variant) is shown as
+# name=value, so a variant's row never takes the label of a default one.
+TAGGED = {"queueing", "defaults", "max_index_tokens", "first_sight", "duplicate_cost", "confidence", "load",
+          "copy_cost"}
+
+
 def label(name, params):
     tags = [params["queueing"]] if "queueing" in params else []
     tags += [params["defaults"]] if "defaults" in params else []
     tags += ["capped"] if "max_index_tokens" in params else []
     tags += ["first_sight=score"] if params.get("first_sight") == "score" else []
-    tags += ["no_dup_cost"] if params.get("duplicate_cost") is False else []
+    tags += ["no_dup_cost"] if "duplicate_cost" in params and not params["duplicate_cost"] else []
     tags += ["confidence=0"] if params.get("confidence") == 0.0 else []
     tags += ["backlog"] if params.get("load") == "backlog" else []
     tags += ["copy_cost=group"] if params.get("copy_cost") == "group" else []
+    tags += [f"{key}={value}" for key, value in params.items() if key not in TAGGED]
     return f"{name}:{','.join(tags)}" if tags else name
 
 
