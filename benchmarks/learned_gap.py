@@ -7,7 +7,9 @@ async ones (the model queried right after each access), computed in one pass per
 (trace, size, variant) and replayed on the native engines. Reports hit ratio, gap
 closed = (X - LRU) / (OPT - LRU) and model time per request (feature updates, sampling,
 fits and predictions, all on one core); writes benchmarks/results/learned_gap.json and,
-with --plot, a PNG. Traces longer than --max-requests are cut to their first requests.
+with --plot, a PNG. The model reads the static metadata each trace carries (embedding
+table, tokens from root, object size: ``lcr.traces.static``) unless --no-static.
+Traces longer than --max-requests are cut to their first requests.
 ``--generated`` runs the same cells on lcr's generated traces instead (zipf, loop, scan
 and a planted-periodic trace): a check that a choice tuned on the shared traces does
 not hurt elsewhere.
@@ -25,12 +27,14 @@ from pathlib import Path
 import numpy as np
 
 from lcr.policies import POLICIES
+from lcr.predict.features import FeatureConfig
 from lcr.predict.lightgbm_model import LightGBMConfig
 from lcr.predict.replayed import replay_model
 from lcr.sim.native import native_replay
 from lcr.sim.report import machine_description
 from lcr.sim.sweep import PolicySpec, run_one
 from lcr.traces import Trace, generate, load_trace
+from lcr.traces.static import static_fields
 
 TRACES = ["classic/cloudPhysicsIO.oracleGeneral.bin", "classic/cache2k_web07.trace.xz",
           "classic/lirs/multi2.trace.gz", "classic/lirs/sprite.trace.gz", "classic/lirs/2_pools.trace.gz",
@@ -65,12 +69,12 @@ DEFAULT_VARIANTS = ("belady-p", "belady-p-fresh", "weak")
 
 def load_movielens(path: Path) -> Trace:
     """MovieLens ratings in timestamp order; each rating looks up its user's and its
-    item's embedding row (users even keys, items odd keys)."""
+    item's embedding row (users even keys and table 0, items odd keys and table 1)."""
     data = np.genfromtxt(path, delimiter="\t", skip_header=1, dtype=np.int64, usecols=(0, 1, 3))
     data = data[np.argsort(data[:, 2], kind="stable")]
     keys = np.empty(2 * len(data), dtype=np.int64)
     keys[0::2], keys[1::2] = 2 * data[:, 0], 2 * data[:, 1] + 1
-    return Trace(keys, name=path.name)
+    return Trace(keys, name=path.name, tables=(keys & 1).astype(np.int16))
 
 
 def planted_periodic(seed: int = 0, length: int = 100_000) -> Trace:
@@ -94,15 +98,19 @@ def gap_closed(x: float, lru: float, opt: float) -> float:
     return (x - lru) / (opt - lru) if opt > lru else 0.0
 
 
-def run_trace(trace: Trace, variants: dict, heuristics: list[str], seed: int = 0) -> list[dict]:
+def run_trace(trace: Trace, variants: dict, heuristics: list[str], seed: int = 0,
+              static: bool = True) -> list[dict]:
     rows = []
+    # The metadata the trace carries (table, tokens from root, size), as a cache would pass it.
+    features = FeatureConfig(static_fields=static_fields(trace) if static else ())
     for fraction in SIZES:
         k = max(1, round(fraction * trace.distinct_keys))
         misses = {name: run_one(trace, PolicySpec(name), k).misses for name in ("lru", "opt", *heuristics)}
         timing = {}
         for variant, params in variants.items():
             start = time.perf_counter()
-            model = replay_model(trace, LightGBMConfig(background=False, capacity=k, seed=seed, **params))
+            model = replay_model(trace, LightGBMConfig(background=False, capacity=k, seed=seed, features=features,
+                                                       **params))
             timing[variant] = (time.perf_counter() - start) / len(trace)
             for label, policy, params in LEARNED_POLICIES:
                 run = native_replay(trace, policy, k, model.values, mode="async", **params)
@@ -190,6 +198,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0,
                         help="the models' seed (training-sample draws and LightGBM): the spread across seeds")
     parser.add_argument("--generated", action="store_true", help="lcr's generated traces instead of the shared ones")
+    parser.add_argument("--no-static", dest="static", action="store_false",
+                        help="leave out the traces' static metadata (table, tokens from root, size) as features")
     args = parser.parse_args()
     heuristics = [h for h in HEURISTICS if h in POLICIES]
     variants = {v: VARIANTS[v] for v in (args.variants.split(",") if args.variants else DEFAULT_VARIANTS)}
@@ -198,7 +208,7 @@ def main() -> None:
         for spec in GENERATED:
             if not args.traces or any(s in spec for s in args.traces.split(",")):
                 trace = planted_periodic() if spec == "planted-periodic" else generate(spec)
-                rows += run_trace(trace, variants, heuristics, args.seed)
+                rows += run_trace(trace, variants, heuristics, args.seed, args.static)
     for relative in [] if args.generated else TRACES:
         if args.traces and not any(s in relative for s in args.traces.split(",")):
             continue
@@ -206,7 +216,7 @@ def main() -> None:
         if not path.exists():
             print(f"skipping {path}: not present")
             continue
-        rows += run_trace(load(path, args.max_requests), variants, heuristics, args.seed)
+        rows += run_trace(load(path, args.max_requests), variants, heuristics, args.seed, args.static)
     summary = summarize(rows, heuristics)
     for name, s in summary.items():
         print(f"{name:24s} mean gap closed {s['mean_gap_closed']:+.1%} (median {s['median_gap_closed']:+.1%}); "
@@ -217,7 +227,7 @@ def main() -> None:
         print(markdown(rows, summary, heuristics))
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({"machine": machine_description(), "max_requests": args.max_requests,
-                                          "seed": args.seed,
+                                          "seed": args.seed, "static_features": args.static,
                                           "heuristics": heuristics, "rows": rows, "summary": summary}, indent=1))
     if args.plot:
         plot(rows, args.plot)

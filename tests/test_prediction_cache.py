@@ -79,10 +79,21 @@ def test_the_key_covers_trace_content_and_settings(trace, passes, tmp_path, monk
 
     real = lcr.predict.learned_config
     monkeypatch.setattr(lcr.predict, "learned_config",
-                        lambda base, seed=0: dataclasses.replace(real(base, seed),
-                                                             retrain_every=real(base, seed).retrain_every + 1))
+                        lambda base, seed=0, trace=None: dataclasses.replace(
+                            real(base, seed, trace), retrain_every=real(base, seed, trace).retrain_every + 1))
     PredictionCache(tmp_path).get("lightgbm:async", trace)
     assert len(passes) == 5
+
+
+def test_the_key_covers_the_static_columns_the_model_reads(trace, passes, tmp_path):
+    import dataclasses
+
+    tables = [dataclasses.replace(trace, tables=(trace.keys % m).astype(np.int16)) for m in (2, 3)]
+    answers = [PredictionCache(tmp_path).get("lightgbm:async", t) for t in tables]
+    assert len(passes) == 2  # same keys, other tables: another pass
+    assert not np.array_equal(answers[0], answers[1], equal_nan=True)
+    PredictionCache(tmp_path).get("lightgbm:async", dataclasses.replace(trace, tables=(trace.keys % 2).astype(np.int16)))
+    assert len(passes) == 2
 
 
 def test_a_torn_cache_file_is_recomputed(trace, passes, tmp_path):

@@ -311,14 +311,19 @@ def test_key_slots_number_keys_in_order_and_refuse_a_known_key():
         index.extend(np.array([-3]))
 
 
-def test_replayed_predictions_equal_querying_the_online_model_at_each_access():
-    """lightgbm:async in the simulator is exactly the online model asked right after each access."""
+@pytest.mark.parametrize("tables", [False, True])
+def test_replayed_predictions_equal_querying_the_online_model_at_each_access(tables):
+    """lightgbm:async in the simulator is exactly the online model asked right after each
+    access, the trace's static metadata (here a table per key) included in both."""
     from lcr.predict import learned_config, make_predictor
     from lcr.predict.replayed import replayed_predictions
     from lcr.traces import generate
 
     trace = generate("zipf:requests=14000,keys=1500,alpha=0.8,seed=3")
-    config = learned_config("lightgbm")
+    if tables:
+        trace.tables = (trace.keys % 3).astype(np.int16)
+    config = learned_config("lightgbm", trace=trace)
+    assert config.features.static_fields == (("table",) if tables else ())
     replayed = replayed_predictions(trace, config)
     online = make_predictor("lightgbm", trace)
     asked = []
@@ -544,6 +549,39 @@ def test_offline_metric_beats_recency_on_a_planted_pattern_and_needs_the_feature
     assert learned > recency + 0.04, (learned, recency)
     shuffled = _opt_victim_top_rate(trace, capacity, shuffle_features=True, monkeypatch=monkeypatch)
     assert shuffled < recency + 0.02, (shuffled, recency)
+
+
+def _table_decides_reuse_trace(n_keys: int = 6000):
+    """Fresh keys whose first accesses look alike; only the table says which return: a
+    table-1 key comes back 5 requests later, a table-0 key never."""
+    from lcr.traces import Trace
+
+    rng = np.random.default_rng(3)
+    tables = rng.integers(0, 2, n_keys)
+    events = [(2 * i, i) for i in range(n_keys)] + [(2 * i + 9, i) for i in range(n_keys) if tables[i]]
+    events.sort()
+    keys = np.array([key for _, key in events])
+    return Trace(keys, "table-decides", tables=tables[keys].astype(np.int16)), tables
+
+
+def test_replayed_model_reads_the_traces_static_metadata():
+    from lcr.predict.replayed import replay_model
+    from lcr.traces.static import static_fields
+
+    trace, tables = _table_decides_reuse_trace()
+    first = np.unique(trace.keys, return_index=True)[1]  # each key's first access
+    first = first[first > len(trace) // 2]  # once a model has been fitted
+    first_table = tables[trace.keys[first]]
+
+    def separation(fields):
+        config = LightGBMConfig(background=False, capacity=20, objective="belady", rank="probability",
+                                retrain_every=1000, features=FeatureConfig(static_fields=fields))
+        p = replay_model(trace, config).values[first]
+        return p[first_table == 0].mean() - p[first_table == 1].mean()
+
+    assert static_fields(trace) == ("table",)
+    assert separation(("table",)) > 0.5  # "never returns" for table 0 only
+    assert abs(separation(())) < 0.05  # without it the first accesses are indistinguishable
 
 
 def test_weak_model_keeps_laru_within_two_percent_of_lru_and_oracle_gives_opt():

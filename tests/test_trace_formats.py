@@ -138,6 +138,13 @@ def test_every_format_reads_its_keys_and_limit_counts_requests(samples, fmt):
         assert np.array_equal(cut.keys, keys[:limit])
 
 
+def test_criteo_keeps_each_lookups_field_as_its_table(samples):
+    path, _ = samples["criteo"]
+    fields = [f for _ in range(10) for f in range(6)]
+    assert read_trace(path).tables.tolist() == fields
+    assert read_trace(path, limit=8).tables.tolist() == fields[:8]
+
+
 def test_limit_on_mooncake_counts_blocks_and_keeps_prompts_whole_where_it_can(samples):
     path, keys = samples["mooncake"]
     cut = read_trace(path, limit=10)

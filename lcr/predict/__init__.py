@@ -59,13 +59,18 @@ def make_predictor(name: str, trace: Trace, noise: float = 0.0, seed: int = 0) -
     return make_learned_predictor(base, mode, trace, seed)
 
 
-def learned_config(base: str, seed: int = 0):
+def learned_config(base: str, seed: int = 0, trace: Trace | None = None):
+    """The online model's settings for registry name ``base``; given a trace, the full
+    feature layout also reads the static metadata it carries (``lcr.traces.static``)."""
     from lcr.predict.features import FeatureConfig
     from lcr.predict.lightgbm_model import LightGBMConfig
+    from lcr.traces.static import static_fields
 
+    mode = "compact" if base == "lightgbm-compact" else "full"
+    static = static_fields(trace) if trace is not None and mode == "full" and base != "lightgbm-weak" else ()
     # Fits run inline in the simulator so that a replay is reproducible.
     return LightGBMConfig(seed=seed, background=False, weak=base == "lightgbm-weak",
-                          features=FeatureConfig(mode="compact" if base == "lightgbm-compact" else "full"))
+                          features=FeatureConfig(mode=mode, static_fields=static))
 
 
 def make_learned_predictor(base: str, mode: str | None, trace: Trace, seed: int = 0) -> Predictor:
@@ -74,12 +79,13 @@ def make_learned_predictor(base: str, mode: str | None, trace: Trace, seed: int 
     the exact zero-lag async semantics, reproducible and usable by the native engines.
     The threaded ``AsyncPredictor`` is the serving path and is tested on its own."""
     from lcr.predict.lightgbm_model import LightGBMPredictor
-    from lcr.predict.replayed import replayed_predictions
+    from lcr.predict.replayed import TraceMetadataFeed, replayed_predictions
 
-    config = learned_config(base, seed)
+    config = learned_config(base, seed, trace)
     if mode == "async":
         return ArrayPredictor(replayed_predictions(trace, config), name=f"{base}:async")
-    return LightGBMPredictor(config)
+    model = LightGBMPredictor(config)
+    return TraceMetadataFeed(model, trace) if config.features.static_fields else model
 
 
 __all__ = ["Predictor", "ArrayPredictor", "PREDICTORS", "LEARNED", "make_predictor", "make_predictions", "has_prediction_array",

@@ -105,17 +105,22 @@ def run_eval(args) -> int:
 
     from lcr.predict.evaluate import (boundary_quality, opt_victim_ranks, plot_calibration, recency_answers,
                                       top_rate)
+    from lcr.predict.features import FeatureConfig
     from lcr.predict.lightgbm_model import LightGBMConfig
     from lcr.predict.replayed import replay_model
     from lcr.sim.args import parse_sizes
     from lcr.traces import load_trace
+    from lcr.traces.static import static_fields
 
     trace = load_trace(args.trace, args.format, args.limit)
     capacity = parse_sizes(args.cache, trace.distinct_keys, "--cache")[0]
-    print(f"# {trace.name}: {len(trace):,} requests, {trace.distinct_keys:,} keys, cache {capacity:,}")
+    features = FeatureConfig(static_fields=static_fields(trace))
+    print(f"# {trace.name}: {len(trace):,} requests, {trace.distinct_keys:,} keys, cache {capacity:,}; "
+          f"static features: {', '.join(features.static_fields) or 'none'}")
     rows = []
-    for name, config in (("regression", LightGBMConfig(background=False, capacity=capacity)),
-                         ("belady", LightGBMConfig(background=False, capacity=capacity, objective="belady"))):
+    for name, config in (("regression", LightGBMConfig(background=False, capacity=capacity, features=features)),
+                         ("belady", LightGBMConfig(background=False, capacity=capacity, features=features,
+                                                   objective="belady"))):
         model = replay_model(trace, config)
         rows.append((name, model.values))
         if name == "belady":

@@ -8,6 +8,9 @@ pass observes every access, buffers each access's feature row, and predicts a bu
 in one batch with the model that was current when its rows were taken. The result is
 exactly what an online model queried at access time would have answered, and it feeds
 any engine that takes per-request predictions (the C++ cores included).
+
+The static columns the config names (``FeatureConfig.static_fields``) are read from the
+trace's metadata (``lcr.traces.static``), as a cache would supply them at each access.
 """
 from __future__ import annotations
 
@@ -15,8 +18,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lcr.predict.base import Predictor
 from lcr.predict.lightgbm_model import LightGBMConfig, LightGBMPredictor
 from lcr.traces import Trace
+from lcr.traces.static import static_columns
 
 _FLUSH_ROWS = 1 << 15
 
@@ -33,9 +38,35 @@ class ReplayedModel:
     seconds_fitting: float
 
 
+def _trace_static(trace: Trace, config: LightGBMConfig) -> np.ndarray | None:
+    """The static columns ``config`` reads, per request of ``trace`` (None: none)."""
+    fields = config.features.static_fields if config.features.mode == "full" else ()
+    return static_columns(trace, fields) if fields else None
+
+
+class TraceMetadataFeed(Predictor):
+    """The online model replayed over a trace by the simulator (sync queries), fed the
+    trace's static metadata at each access as a cache would feed it; ``t`` is the
+    request index. Anything else is the model's own. Not thread-safe (neither is a replay)."""
+
+    def __init__(self, model: LightGBMPredictor, trace: Trace):
+        self.model, self.name = model, model.name
+        self._static = _trace_static(trace, model.config)
+
+    def observe(self, key: int, t: int) -> None:
+        self.model.observe(key, t, None if self._static is None else self._static[t])
+
+    def predict(self, keys, now):
+        return self.model.predict(keys, now)
+
+    def __getattr__(self, name):  # metrics, close, ...: the model's own
+        return getattr(self.model, name)
+
+
 def replay_model(trace: Trace, config: LightGBMConfig) -> ReplayedModel:
     """Run the online model over ``trace`` once, recording what it answers at each access."""
     model = LightGBMPredictor(config)
+    static = _trace_static(trace, config)
     n = len(trace)
     values, raw, boundary = np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan)
     buffered: list[int] = []   # request indices whose rows wait for a prediction
@@ -55,7 +86,7 @@ def replay_model(trace: Trace, config: LightGBMConfig) -> ReplayedModel:
 
     slot_of, matrix = model.features.slot_of, model.features
     for t, key in enumerate(trace.keys.tolist()):
-        model.observe(key, t)
+        model.observe(key, t, None if static is None else static[t])
         if model._model is not current:  # a refit at this access: earlier rows keep the old model
             flush()
             current = model._model

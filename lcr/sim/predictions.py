@@ -62,6 +62,15 @@ def trace_digest(trace: Trace) -> str:
     return cached[1]
 
 
+def static_digest(trace: Trace, fields: tuple[str, ...]) -> str:
+    """SHA-256 of the static columns ``fields`` of ``trace`` ("" for none)."""
+    if not fields:
+        return ""
+    from lcr.traces.static import static_columns
+
+    return hashlib.sha256(static_columns(trace, fields).tobytes()).hexdigest()
+
+
 def _code_digest() -> str:
     import lcr.predict as package
 
@@ -111,8 +120,10 @@ class PredictionCache:
                 self._memory[key] = make_predictions(name, trace, noise, seed)
             return self._memory[key]
         sized = _takes(learned_config, "capacity")
-        config = learned_config(base, seed, capacity=capacity) if sized else learned_config(base, seed)
-        key = (name, trace_digest(trace), noise, seed, capacity if sized else None)
+        config = learned_config(base, seed, trace, capacity=capacity) if sized else learned_config(base, seed, trace)
+        # The static columns the model reads are part of the trace's content for it.
+        content = trace_digest(trace) + static_digest(trace, config.features.static_fields)
+        key = (name, content, noise, seed, capacity if sized else None)
         if key in self._memory:
             return self._memory[key]
         if self._code is None:

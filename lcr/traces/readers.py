@@ -283,8 +283,8 @@ def read_criteo(path: Path, limit: int | None = None) -> Trace:
             if limit is not None and len(keys) >= limit:
                 break
     keys, fields = keys[:limit], fields[:limit]
-    return Trace(np.array(keys, dtype=np.int64), path.name,
-                 meta={"rows": rows, "fields": np.array(fields, dtype=np.int16)})
+    return Trace(np.array(keys, dtype=np.int64), path.name, meta={"rows": rows},
+                 tables=np.array(fields, dtype=np.int16))
 
 
 def read_moe_router(path: Path, limit: int | None = None) -> Trace:

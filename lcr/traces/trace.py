@@ -14,8 +14,9 @@ class Trace:
     """Requests in order. ``keys[i]`` is the key of request i (int64).
 
     Optional arrays, each aligned with ``keys``: ``timestamps`` (source units),
-    ``sizes`` (bytes or tokens). Block-chain traces (LLM prefixes) also keep
-    ``request_offsets``: the blocks of prompt r are ``keys[offsets[r]:offsets[r+1]]``.
+    ``sizes`` (bytes or tokens), ``tables`` (the embedding table or categorical field
+    each lookup reads). Block-chain traces (LLM prefixes) also keep ``request_offsets``:
+    the blocks of prompt r are ``keys[offsets[r]:offsets[r+1]]``.
     """
 
     keys: np.ndarray
@@ -24,6 +25,7 @@ class Trace:
     sizes: np.ndarray | None = None
     request_offsets: np.ndarray | None = None
     meta: dict = field(default_factory=dict)
+    tables: np.ndarray | None = None
     _next_use: np.ndarray | None = field(default=None, repr=False)
 
     def __post_init__(self):
@@ -55,7 +57,7 @@ class Trace:
                 offsets = np.append(offsets, n)
             meta = _cut_prompt_meta(meta, len(offsets) - 1)
         return Trace(self.keys[:n], f"{self.name}[:{n}]", cut(self.timestamps), cut(self.sizes),
-                     offsets, meta)
+                     offsets, meta, cut(self.tables))
 
     def first_prompts(self, n: int) -> "Trace":
         """The first ``n`` prompts of a block-chain trace (all of it if it has fewer)."""
