@@ -1,4 +1,4 @@
-"""Bad flags and inputs of serve-predictor, bench sls and sim-ckpt: one line, exit 2, up front."""
+"""Bad flags and inputs of serve-predictor, bench sls, sim-ckpt and predict-eval: one line, exit 2, up front."""
 from __future__ import annotations
 
 import pytest
@@ -53,6 +53,11 @@ CASES = [
     (["sim-ckpt", "uniform", "--cache-entries", "0"], "--cache-entries must be at least 1"),
     (["sim-ckpt", "uniform", "--block-interval", "0"], "--block-interval must be at least 1"),
     (["sim-ckpt", "uniform", "--seed", "-1"], "--seed must be at least 0"),
+    # predict-eval (refused before the trace is read)
+    (["predict-eval", "zipf:requests=5000,keys=500", "--samples", "0"], "--samples must be at least 1"),
+    (["predict-eval", "zipf:requests=5000,keys=500", "--limit", "0"], "--limit must be at least 1"),
+    (["predict-eval", "zipf:requests=5000,keys=500", "--plot", "{dir}"], "is a directory"),
+    (["predict-eval", "zipf:requests=5000,keys=500", "--plot", "{dir}/cal.txt"], "ending in .png"),
 ]
 
 

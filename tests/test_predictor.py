@@ -584,6 +584,38 @@ def test_replayed_model_reads_the_traces_static_metadata():
     assert abs(separation(())) < 0.05  # without it the first accesses are indistinguishable
 
 
+def _criteo_file(path, rows: int = 900, seed: int = 4):
+    """A Criteo TSV whose 6 categorical fields draw Zipf-popular values, field by field."""
+    rng = np.random.default_rng(seed)
+    values = (rng.zipf(1.3, (rows, 6)) % 400) + 1000 * np.arange(6)
+    path.write_text("".join("0" + "\t" * 13 + "\t" + "\t".join(f"{v:08x}" for v in row) + "\n"
+                            for row in values))
+    return path
+
+
+@pytest.mark.parametrize("static", [True, False])
+def test_predict_eval_reports_rankings_auc_and_the_static_columns(static, tmp_path, capsys):
+    from lcr.cli import main
+
+    trace = _criteo_file(tmp_path / "c.tsv")
+    plot = tmp_path / "cal.png"
+    argv = ["predict-eval", str(trace), "--cache", "5%", "--samples", "300", "--plot", str(plot)]
+    assert main(argv + ([] if static else ["--no-static"])) == 0
+    out = capsys.readouterr().out
+    assert f"static features: {'table' if static else 'none'}" in out.splitlines()[0]
+    ranked = {line.split()[0]: float(line.split()[1].rstrip("%")) for line in out.splitlines()[2:5]}
+    assert set(ranked) == {"regression", "belady", "recency"}
+    auc = float(out.split("ROC-AUC ")[1].split(";")[0])
+    assert 0.6 < auc <= 1.0 and plot.stat().st_size > 0
+
+
+def test_predict_eval_refuses_a_trace_too_short_to_fit(capsys):
+    from lcr.cli import main
+
+    assert main(["predict-eval", "zipf:requests=300,keys=500"]) == 2
+    assert "too few to fit the model" in capsys.readouterr().err
+
+
 def test_weak_model_keeps_laru_within_two_percent_of_lru_and_oracle_gives_opt():
     from lcr.predict import make_predictions
     from lcr.predict.replayed import replayed_predictions

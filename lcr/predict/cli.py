@@ -97,6 +97,8 @@ def register_eval(subparsers) -> None:
     p.add_argument("--cache", default="5%", help="cache size: items or %% of distinct keys (default 5%%)")
     p.add_argument("--samples", type=int, default=2000, help="OPT evictions to rank (evenly spaced)")
     p.add_argument("--plot", help="write the calibration plot (PNG) here")
+    p.add_argument("--no-static", dest="static", action="store_false",
+                   help="leave out the trace's static metadata (table, tokens from root, size) as features")
     p.set_defaults(func=run_eval)
 
 
@@ -108,13 +110,17 @@ def run_eval(args) -> int:
     from lcr.predict.features import FeatureConfig
     from lcr.predict.lightgbm_model import LightGBMConfig
     from lcr.predict.replayed import replay_model
-    from lcr.sim.args import parse_sizes
+    from lcr.guards import check_output_path
+    from lcr.sim.args import PLOT_SUFFIXES, check_limit, parse_sizes
     from lcr.traces import load_trace
     from lcr.traces.static import static_fields
 
+    _at_least("--samples", args.samples, 1)
+    check_limit(args.limit)
+    check_output_path(args.plot, "--plot", PLOT_SUFFIXES)
     trace = load_trace(args.trace, args.format, args.limit)
     capacity = parse_sizes(args.cache, trace.distinct_keys, "--cache")[0]
-    features = FeatureConfig(static_fields=static_fields(trace))
+    features = FeatureConfig(static_fields=static_fields(trace) if args.static else ())
     print(f"# {trace.name}: {len(trace):,} requests, {trace.distinct_keys:,} keys, cache {capacity:,}; "
           f"static features: {', '.join(features.static_fields) or 'none'}")
     rows = []
@@ -122,6 +128,9 @@ def run_eval(args) -> int:
                          ("belady", LightGBMConfig(background=False, capacity=capacity, features=features,
                                                    objective="belady"))):
         model = replay_model(trace, config)
+        if not model.fits:
+            raise LcrInputError(f"{trace.name}: {len(trace):,} requests are too few to fit the model (its first "
+                                f"fit needs {config.min_samples:,} samples a boundary old); give a longer trace")
         rows.append((name, model.values))
         if name == "belady":
             quality = boundary_quality(trace, 1 / (1 + np.exp(-model.raw)), model.boundary)
