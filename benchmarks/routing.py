@@ -76,22 +76,19 @@ CAPPED = [("lbgr", {"queueing": "none", "max_index_tokens": 32_768}),
           BACKLOG]
 
 
-# Parameters the short tags below describe; any other (from --lbgr-variant) is shown as
-# name=value, so a variant's row never takes the label of a default one.
-TAGGED = {"queueing", "defaults", "max_index_tokens", "first_sight", "duplicate_cost", "confidence", "load",
-          "copy_cost"}
+# Short tags for the parameter values the tables show; any other parameter or value (from
+# --lbgr-variant) is shown as name=value, so a variant's row never takes a default row's label.
+SHORT_TAGS = {"queueing": lambda v: v, "defaults": lambda v: v, "max_index_tokens": lambda v: "capped",
+              "first_sight": lambda v: "first_sight=score" if v == "score" else None,
+              "duplicate_cost": lambda v: None if v else "no_dup_cost",
+              "confidence": lambda v: "confidence=0" if v == 0.0 else None,
+              "load": lambda v: "backlog" if v == "backlog" else None,
+              "copy_cost": lambda v: "copy_cost=group" if v == "group" else None}
 
 
 def label(name, params):
-    tags = [params["queueing"]] if "queueing" in params else []
-    tags += [params["defaults"]] if "defaults" in params else []
-    tags += ["capped"] if "max_index_tokens" in params else []
-    tags += ["first_sight=score"] if params.get("first_sight") == "score" else []
-    tags += ["no_dup_cost"] if "duplicate_cost" in params and not params["duplicate_cost"] else []
-    tags += ["confidence=0"] if params.get("confidence") == 0.0 else []
-    tags += ["backlog"] if params.get("load") == "backlog" else []
-    tags += ["copy_cost=group"] if params.get("copy_cost") == "group" else []
-    tags += [f"{key}={value}" for key, value in params.items() if key not in TAGGED]
+    tags = [(SHORT_TAGS[key](value) if key in SHORT_TAGS else None) or f"{key}={value}"
+            for key, value in params.items()]
     return f"{name}:{','.join(tags)}" if tags else name
 
 

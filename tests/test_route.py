@@ -208,6 +208,51 @@ def test_lbgr_backlog_load_drains_a_second_per_second_and_outlives_completions()
         LBGRRouter(1, load="bogus")
 
 
+def test_lbgr_prefill_load_is_queued_prefill_plus_a_slot_wait_only_when_every_slot_is_busy():
+    """load=prefill: P is the prefill still queued at the worker (each routed request's
+    prefill over the prefill lanes, draining 1 s/s; backlog also adds its decode share),
+    plus, in the score, the wait for a decode slot once all are taken (one slot frees
+    every mean decode / slots)."""
+    service = ServiceModel(miss_s_per_token=1e-3, hit_s_per_token=0.0, decode_s_per_token=0.01,
+                           slots=4, prefill_slots=1)
+    loads = {}
+    for rule in ("prefill", "backlog"):
+        router = LBGRRouter(1, service=service, learn=False, load=rule)
+        router._mean_output = 40.0                        # 0.4 s of decode, 0.1 s per slot
+        router.route(req(0, [1], tokens=1000), 0.0, [0])
+        loads[rule] = router.load[0]
+    assert loads == {"prefill": pytest.approx(1.0), "backlog": pytest.approx(1.1)}
+    router = LBGRRouter(1, service=service, learn=False, load="prefill")
+    router._mean_output = 40.0
+    router.route(req(0, [1], tokens=1000), 0.0, [0])
+    probe = req(1, [2], tokens=1000)
+    waits = [router.estimates(probe, 0.25, [n])[0].load for n in (0, 3, 4, 6)]
+    assert waits == pytest.approx([0.75, 0.75, 0.85, 1.05])   # drained 0.25 s; 1, 3 slots short
+    assert router.slot_wait(3) == 0.0 and router.slot_wait(4) == pytest.approx(0.1)
+
+
+def test_lbgr_prefill_load_keeps_groups_home_in_a_closed_loop_of_few_clients():
+    """The simulator's 4-client closed loop (docs/routing.md): in-flight requests that have
+    finished their prefill and decode in free slots delay no one, but the decayed load
+    counts them until they complete and moves requests off their prefix's worker.
+    load=prefill keeps cache_aware's hit rate there; the default loses to it."""
+    service = ServiceModel(miss_s_per_token=5e-5, hit_s_per_token=0.0, decode_s_per_token=0.004,
+                           slots=6, prefill_slots=1)
+    routers = {"cache_aware": ("cache_aware", {}), "lbgr": ("lbgr", {}), "lbgr:load=prefill": ("lbgr", {"load": "prefill"})}
+    hits = {label: [] for label in routers}
+    for seed in range(6):
+        pairs = shared_prefix(groups=8, prompts=6, prompt_tokens=512, prefix_ratio=0.75, output_tokens=4,
+                              block_tokens=64, seed=seed)
+        requests = with_arrivals(pairs, np.zeros(len(pairs)))
+        for label, (name, params) in routers.items():
+            out = simulate(requests, make_router(name, 2, seed, service=service, **params), cache_tokens=1536,
+                           service=service, seed=seed, clients=4)
+            hits[label].append(out.hit_rate)
+    mean = {name: float(np.mean(h)) for name, h in hits.items()}
+    assert mean["lbgr:load=prefill"] >= mean["cache_aware"] - 0.005, mean
+    assert mean["lbgr"] < mean["cache_aware"] - 0.03, mean
+
+
 def test_lbgr_spreads_a_requests_cost_over_the_workers_slots():
     service = ServiceModel(miss_s_per_token=1e-3, hit_s_per_token=0.0, decode_s_per_token=0.0, slots=4)
     router = LBGRRouter(1, service=service, learn=False)

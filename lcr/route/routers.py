@@ -15,7 +15,8 @@ router has.
   knows).
 - ``lbgr``: learning-based greedy routing (the RLT/LBGR paper): predicted latency
   E_i = Cost_i + P_i + theta_i . phi_i, with Cost_i from the approximate prefix match,
-  P_i a queue load (exponentially decaying, or the backlog with ``load=backlog``) and
+  P_i a queue load (exponentially decaying, or the backlog with ``load=backlog``, or the
+  queued prefill and the wait for a decode slot with ``load=prefill``) and
   theta_i a per-worker recursive least squares fit of the measured latency minus the
   model's estimate; by default lcr adds the delay a request's work imposes on those after
   it (``queueing=little``, see LBGRRouter).
@@ -155,7 +156,8 @@ class CacheAwareRouter(Router):
 class Score:
     """One worker's LBGR score for one request, term by term (seconds)."""
     cost: float       # the request's own service time there: prefill of what misses + decode
-    load: float       # P: the recent work routed there (load=decay) or still queued (backlog)
+    load: float       # P: the recent work routed there (load=decay), still queued (backlog), or
+                      # queued prefill plus the wait for a decode slot (prefill)
     residual: float   # theta . phi: the learned correction
     queueing: float   # queueing=little: the delay its work, and a second copy of its
                       # prefix, impose on other requests
@@ -185,7 +187,12 @@ class LBGRRouter(Router):
     ~0.6 s of routed work. ``backlog``: P drains by one second per second, the rate at which
     a worker works off occupancy, so P is the work still queued there, however old (with
     skewed groups the hot group's worker builds a backlog that the decayed load forgets:
-    docs/routing.md, "Skewed groups"). ``hysteresis``: a worker with a longer prefix match
+    docs/routing.md, "Skewed groups"). ``prefill``: P is the prefill still queued (each
+    routed request adds its prefill over the prefill lanes, draining 1 s per second), and
+    a request waits for a decode slot only once all are taken (``slot_wait``): a continuous
+    batcher starts a request as soon as its prefill lane and a slot are free, so requests
+    that are decoding in free slots delay it only through the step time, which the
+    queueing term prices (docs/routing.md, "Load as queued prefill"). ``hysteresis``: a worker with a longer prefix match
     is kept when its estimate is within this fraction of the best (stickiness keeps
     prefixes together when workers are nearly tied).
 
@@ -226,7 +233,7 @@ class LBGRRouter(Router):
     FEATURES = ("paper", "intercept", "paper+intercept")
     RECORD_LIMIT = 10_000
     QUEUEING = ("little", "none")
-    LOADS = ("decay", "backlog")
+    LOADS = ("decay", "backlog", "prefill")
     COPY_COSTS = ("once", "group")
     GROUP_LIMIT = 8
     PATHS_LIMIT = 1 << 20
@@ -285,7 +292,7 @@ class LBGRRouter(Router):
     def _decay_to(self, now: float) -> None:
         if now > self._load_time:
             elapsed = now - self._load_time
-            if self.load_rule == "backlog":
+            if self.load_rule in ("backlog", "prefill"):
                 self.load = [max(0.0, p - elapsed) for p in self.load]
             else:
                 factor = math.exp(-self.decay_rate * elapsed)
@@ -315,16 +322,25 @@ class LBGRRouter(Router):
         out = []
         for worker, hit in enumerate(hits):
             miss = request.prompt_tokens - hit
-            phi = self.phi(hit, miss, self.load[worker])
+            load = self.load[worker]
+            if self.load_rule == "prefill" and outstanding is not None:
+                load += self.slot_wait(outstanding[worker])
+            phi = self.phi(hit, miss, load)
             queueing = 0.0
             if self.queueing == "little" and outstanding is not None:
                 queueing = (self.service.occupancy(hit, miss, self._mean_output) * outstanding[worker]
                             + copies * self.duplication(held - hit, outstanding[worker]))
             out.append(Score(cost=self.service.prefill(hit, miss) + self.service.decode(self._mean_output),
-                             load=self.load[worker],
+                             load=load,
                              residual=self.models[worker].predict(phi, self.confidence),
                              queueing=queueing, hit=hit, phi=phi))
         return out
+
+    def slot_wait(self, outstanding: int) -> float:
+        """``load=prefill``: how long a request waits for a decode slot behind ``outstanding``
+        requests (0 while one is free; then a slot frees every mean decode / slots)."""
+        waiting = outstanding - self.service.slots + 1
+        return max(0, waiting) * self.service.decode(self._mean_output) / self.service.slots
 
     def group_size(self, request, held: int) -> int:
         """Requests routed so far through the deepest block of the ``held``-token prefix (at
@@ -377,7 +393,11 @@ class LBGRRouter(Router):
         # What the request delays those behind it: its prefill shared by the worker's
         # prefill lanes, its decode by its slots (ServiceModel.occupancy).
         cost = self.service.occupancy(chosen.hit, request.prompt_tokens - chosen.hit, self._mean_output)
-        self.load[best] += cost
+        if self.load_rule == "prefill":
+            self.load[best] += self.service.prefill(chosen.hit, request.prompt_tokens - chosen.hit) \
+                / self.service.prefill_parallel
+        else:
+            self.load[best] += cost
         self._in_flight[request.rid] = (best, _InFlight(cost, now, chosen.cost + chosen.load, chosen.phi))
         self.indexes[best].insert(request.request)
         if self.copy_cost == "group":
