@@ -192,9 +192,11 @@ class LBGRRouter(Router):
     a request waits for a decode slot only once all are taken (``slot_wait``): a continuous
     batcher starts a request as soon as its prefill lane and a slot are free, so requests
     that are decoding in free slots delay it only through the step time, which the
-    queueing term prices (docs/routing.md, "Load as queued prefill"). ``hysteresis``: a worker with a longer prefix match
-    is kept when its estimate is within this fraction of the best (stickiness keeps
-    prefixes together when workers are nearly tied).
+    queueing term prices (docs/routing.md, "Load as queued prefill").
+
+    ``hysteresis``: a worker with a longer prefix match is kept when its estimate is within
+    this fraction of the best (stickiness keeps prefixes together when workers are nearly
+    tied).
 
     ``queueing``: what a choice costs the requests after it. ``none`` is the paper's greedy
     rule (the request's own predicted latency only). ``little`` (lcr's default) adds the
@@ -392,12 +394,10 @@ class LBGRRouter(Router):
         chosen = estimates[best]
         # What the request delays those behind it: its prefill shared by the worker's
         # prefill lanes, its decode by its slots (ServiceModel.occupancy).
-        cost = self.service.occupancy(chosen.hit, request.prompt_tokens - chosen.hit, self._mean_output)
-        if self.load_rule == "prefill":
-            self.load[best] += self.service.prefill(chosen.hit, request.prompt_tokens - chosen.hit) \
-                / self.service.prefill_parallel
-        else:
-            self.load[best] += cost
+        miss = request.prompt_tokens - chosen.hit
+        cost = self.service.occupancy(chosen.hit, miss, self._mean_output)
+        # load=prefill: only the prefill queues; decoding shares the slots (slot_wait).
+        self.load[best] += self.service.prefill_occupancy(chosen.hit, miss) if self.load_rule == "prefill" else cost
         self._in_flight[request.rid] = (best, _InFlight(cost, now, chosen.cost + chosen.load, chosen.phi))
         self.indexes[best].insert(request.request)
         if self.copy_cost == "group":

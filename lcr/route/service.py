@@ -52,8 +52,12 @@ class ServiceModel:
     def decode(self, output_tokens: float) -> float:
         return self.decode_s_per_token * output_tokens
 
+    def prefill_occupancy(self, hit_tokens: int, miss_tokens: int) -> float:
+        """Seconds of the worker's prefill capacity a request takes (shared by
+        ``prefill_parallel`` requests)."""
+        return self.prefill(hit_tokens, miss_tokens) / self.prefill_parallel
+
     def occupancy(self, hit_tokens: int, miss_tokens: int, output_tokens: float) -> float:
         """Seconds of the worker's whole capacity a request takes: what it delays the requests
         behind it. Prefill is shared by ``prefill_parallel`` requests, decode by ``slots``."""
-        return (self.prefill(hit_tokens, miss_tokens) / self.prefill_parallel
-                + self.decode(output_tokens) / self.slots)
+        return self.prefill_occupancy(hit_tokens, miss_tokens) + self.decode(output_tokens) / self.slots

@@ -31,11 +31,12 @@ def static_fields(trace: Trace) -> tuple[str, ...]:
 
 def static_columns(trace: Trace, names: tuple[str, ...]) -> np.ndarray:
     """``len(trace) x len(names)`` float64: request i's value of each named column."""
+    present = static_fields(trace)
     columns = np.empty((len(trace), len(names)))
     for j, name in enumerate(names):
-        if name not in static_fields(trace):
+        if name not in present:
             raise LcrInputError(f"static field {name!r}: trace {trace.name} has no such metadata "
-                                f"(it has: {', '.join(static_fields(trace)) or 'none'})")
+                                f"(it has: {', '.join(present) or 'none'})")
         columns[:, j] = _column(trace, name)
     return columns
 
