@@ -1,6 +1,7 @@
 """Routing across serving workers: each router's rule, LBGR's learning, the cluster simulator."""
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 
@@ -231,6 +232,23 @@ def test_lbgr_prefill_load_is_queued_prefill_plus_a_slot_wait_only_when_every_sl
     assert router.slot_wait(3) == 0.0 and router.slot_wait(4) == pytest.approx(0.1)
 
 
+def test_lbgr_prefill_load_counts_a_requests_decode_against_later_ones_only_once_the_slots_are_full():
+    """load=prefill's queueing term: a request delays each later one at its worker by its
+    prefill, and by its decode share only when it takes the last free slot (a continuous
+    batcher starts the later request beside it otherwise); the other load rules count the
+    whole occupancy."""
+    service = ServiceModel(miss_s_per_token=1e-3, hit_s_per_token=0.0, decode_s_per_token=0.01,
+                           slots=4, prefill_slots=1)
+    router = LBGRRouter(1, service=service, learn=False, load="prefill")
+    router._mean_output = 40.0                            # 0.4 s of decode, 0.1 s per slot
+    assert [router.queued_occupancy(0, 1000, n) for n in (0, 2, 3, 5)] == pytest.approx([1.0, 1.0, 1.1, 1.1])
+    probe = req(0, [1], tokens=1000)
+    assert [router.estimates(probe, 0.0, [n])[0].queueing for n in (2, 3)] == pytest.approx([2.0, 3.3])
+    backlog = LBGRRouter(1, service=service, learn=False, load="backlog")
+    backlog._mean_output = 40.0
+    assert backlog.queued_occupancy(0, 1000, 0) == pytest.approx(1.1)
+
+
 def test_lbgr_prefill_load_keeps_groups_home_in_a_closed_loop_of_few_clients():
     """The simulator's 4-client closed loop (docs/routing.md): in-flight requests that have
     finished their prefill and decode in free slots delay no one, but the decayed load
@@ -238,7 +256,8 @@ def test_lbgr_prefill_load_keeps_groups_home_in_a_closed_loop_of_few_clients():
     load=prefill keeps cache_aware's hit rate there; the default loses to it."""
     service = ServiceModel(miss_s_per_token=5e-5, hit_s_per_token=0.0, decode_s_per_token=0.004,
                            slots=6, prefill_slots=1)
-    routers = {"cache_aware": ("cache_aware", {}), "lbgr": ("lbgr", {}), "lbgr:load=prefill": ("lbgr", {"load": "prefill"})}
+    routers = {"cache_aware": ("cache_aware", {}), "lbgr": ("lbgr", {}), "lbgr:load=prefill": ("lbgr", {"load": "prefill"}),
+               "lbgr:in_flight=mean": ("lbgr", {"in_flight": "mean"})}
     hits = {label: [] for label in routers}
     for seed in range(6):
         pairs = shared_prefix(groups=8, prompts=6, prompt_tokens=512, prefix_ratio=0.75, output_tokens=4,
@@ -250,7 +269,27 @@ def test_lbgr_prefill_load_keeps_groups_home_in_a_closed_loop_of_few_clients():
             hits[label].append(out.hit_rate)
     mean = {name: float(np.mean(h)) for name, h in hits.items()}
     assert mean["lbgr:load=prefill"] >= mean["cache_aware"] - 0.005, mean
+    assert mean["lbgr:in_flight=mean"] >= mean["cache_aware"] - 0.005, mean
     assert mean["lbgr"] < mean["cache_aware"] - 0.03, mean
+
+
+def test_lbgr_in_flight_mean_is_the_time_average_of_the_routers_own_count():
+    """in_flight=mean: the queueing term's count is the in-flight count averaged
+    exponentially over the mean latency, from the requests the router routed and saw
+    finish (the caller's momentary count is ignored); before any latency is known, the
+    count itself."""
+    router = LBGRRouter(1, learn=False, in_flight="mean")
+    first, second = req(0, [1], tokens=100), req(1, [2], tokens=100)
+    router.route(first, 0.0, [0])
+    router.route(second, 0.5, [1])
+    assert router.expected_in_flight(0.5, [7]) == [2.0]          # no latency yet: the count
+    router.on_complete(0, first, 1.0, latency=1.0)                 # mean latency 1 s; 2 held until now
+    assert router.expected_in_flight(1.0, [7]) == [pytest.approx(2.0)]
+    # One request in flight since t = 1: 2 + (1 - 2) (1 - e^-1) at t = 2.
+    assert router.expected_in_flight(2.0, [7]) == [pytest.approx(2 - (1 - math.exp(-1)))]
+    assert LBGRRouter(1, learn=False).expected_in_flight(2.0, [7]) == [7]   # in_flight=now
+    with pytest.raises(ValueError):
+        LBGRRouter(1, in_flight="bogus")
 
 
 def test_lbgr_spreads_a_requests_cost_over_the_workers_slots():

@@ -191,8 +191,9 @@ class LBGRRouter(Router):
     routed request adds its prefill over the prefill lanes, draining 1 s per second), and
     a request waits for a decode slot only once all are taken (``slot_wait``): a continuous
     batcher starts a request as soon as its prefill lane and a slot are free, so requests
-    that are decoding in free slots delay it only through the step time, which the
-    queueing term prices (docs/routing.md, "Load as queued prefill").
+    decoding in free slots do not hold it back; in the same terms the queueing term
+    counts a request's decode against later ones only when it takes the last free slot
+    (``queued_occupancy``; docs/routing.md, "Time to first token").
 
     ``hysteresis``: a worker with a longer prefix match is kept when its estimate is within
     this fraction of the best (stickiness keeps prefixes together when workers are nearly
@@ -203,11 +204,21 @@ class LBGRRouter(Router):
     delay the request's work imposes on later requests at that worker: its occupancy
     (``ServiceModel.occupancy``: the worker capacity it takes, so a miss costs its full
     prefill) times the number of requests expected to arrive there while it is in flight,
-    which by Little's law is about the number in flight there now (``outstanding``). Under
+    which by Little's law is about the number in flight there (``outstanding`` now, or its
+    time average: ``in_flight``; under ``load=prefill``, ``queued_occupancy``). Under
     load a miss then costs what it really costs the cluster, and groups stay together.
     It also counts what a second copy of a prefix costs (``duplicate_cost``, on by default:
     see ``duplication``), so an idle worker takes a request whose prefix is cached elsewhere
     only when the home's queue outweighs the request's prefill twice over.
+
+    ``in_flight``: the count of requests at a worker that ``queueing`` multiplies. By
+    Little's law the requests expected to arrive while this one is in flight are the
+    worker's *time-averaged* number in flight, of which the count at this moment is one
+    noisy sample. ``now`` (the default) uses that sample; ``mean`` the count averaged over
+    the last mean request latency (exponentially, from the router's own routed and
+    completed requests), so a momentary imbalance (4 clients: a 3-to-0 split that lasts a
+    few requests) is not priced as a standing queue, while a standing one still is. A
+    request's own wait for a slot (``slot_wait``) stays on the count now.
 
     ``copy_cost``: how many times the second-copy cost is counted. ``once`` (the default):
     one re-prefill of the copied tokens. ``group``: once per request that has shared the
@@ -237,6 +248,8 @@ class LBGRRouter(Router):
     QUEUEING = ("little", "none")
     LOADS = ("decay", "backlog", "prefill")
     COPY_COSTS = ("once", "group")
+    IN_FLIGHT = ("now", "mean")
+    LATENCY_MEMORY = 256  # completions the mean latency (in_flight=mean's time scale) spans
     GROUP_LIMIT = 8
     PATHS_LIMIT = 1 << 20
 
@@ -245,8 +258,18 @@ class LBGRRouter(Router):
                  decay_interval: float = 0.02, hysteresis: float = 0.02, queueing: str = "little",
                  max_index_tokens: int | None = None, learn: bool = True, record: bool = False,
                  duplicate_cost: bool = True, first_sight: str | None = None, confidence: float = 2.0,
-                 load: str = "decay", copy_cost: str = "once"):
+                 load: str = "decay", copy_cost: str = "once", in_flight: str = "now"):
         super().__init__(workers, seed)
+        if in_flight not in self.IN_FLIGHT:
+            raise LcrInputError(f"lbgr: in_flight must be one of {', '.join(self.IN_FLIGHT)}, got {in_flight!r}")
+        self.in_flight = in_flight
+        # in_flight=mean: requests routed and not finished per worker, their exponential
+        # time average and when it was last brought up to date, and the mean latency that
+        # sets its time scale.
+        self._count = [0] * workers
+        self._count_mean = [0.0] * workers
+        self._count_time = 0.0
+        self._mean_latency = 0.0
         if copy_cost not in self.COPY_COSTS:
             raise LcrInputError(f"lbgr: copy_cost must be one of {', '.join(self.COPY_COSTS)}, got {copy_cost!r}")
         self.copy_cost = copy_cost
@@ -317,6 +340,7 @@ class LBGRRouter(Router):
         theta . phi, plus under ``queueing=little`` the delay the request imposes on those
         after it (needs ``outstanding``)."""
         self._decay_to(now)
+        expected = self.expected_in_flight(now, outstanding)
         hits = [index.match(request.request) for index in self.indexes]
         # The longest prefix some worker in rotation is believed to hold.
         held = max((hits[w] for w in range(self.workers) if w not in self.dead), default=0)
@@ -329,14 +353,49 @@ class LBGRRouter(Router):
                 load += self.slot_wait(outstanding[worker])
             phi = self.phi(hit, miss, load)
             queueing = 0.0
-            if self.queueing == "little" and outstanding is not None:
-                queueing = (self.service.occupancy(hit, miss, self._mean_output) * outstanding[worker]
-                            + copies * self.duplication(held - hit, outstanding[worker]))
+            if self.queueing == "little" and expected is not None:
+                queueing = (self.queued_occupancy(hit, miss, expected[worker]) * expected[worker]
+                            + copies * self.duplication(held - hit, expected[worker]))
             out.append(Score(cost=self.service.prefill(hit, miss) + self.service.decode(self._mean_output),
                              load=load,
                              residual=self.models[worker].predict(phi, self.confidence),
                              queueing=queueing, hit=hit, phi=phi))
         return out
+
+    def expected_in_flight(self, now: float, outstanding: Sequence[int] | None) -> Sequence[float] | None:
+        """Per worker, the requests expected to arrive while one routed now is in flight
+        (``in_flight``): ``outstanding`` itself, or its time average."""
+        if self.in_flight == "now" or outstanding is None:
+            return outstanding
+        self._average_counts_to(now)
+        return self._count_mean
+
+    def _average_counts_to(self, now: float) -> None:
+        """Bring the time average of the in-flight counts up to ``now``: the counts held
+        since the last event, weighted by how long they held over the mean latency."""
+        if now > self._count_time and self._mean_latency > 0:
+            weight = 1.0 - math.exp(-(now - self._count_time) / self._mean_latency)
+            self._count_mean = [m + (c - m) * weight for m, c in zip(self._count_mean, self._count)]
+        self._count_time = max(self._count_time, now)
+
+    def _count_change(self, worker: int, delta: int, now: float) -> None:
+        """A request routed to (+1) or finished at (-1) ``worker``. Until a latency is
+        known there is no time scale, and the average is the count itself."""
+        if self.in_flight == "mean":
+            self._average_counts_to(now)
+        self._count[worker] += delta
+        if self._mean_latency <= 0:
+            self._count_mean[worker] = float(self._count[worker])
+
+    def queued_occupancy(self, hit: int, miss: int, in_flight: float) -> float:
+        """What one request at a worker with ``in_flight`` others delays each later one by
+        (``queueing=little``): its occupancy (``ServiceModel.occupancy``); under
+        ``load=prefill`` its prefill, and its decode only once every slot is taken (a
+        continuous batcher starts a later request beside it while one is free)."""
+        if self.load_rule != "prefill":
+            return self.service.occupancy(hit, miss, self._mean_output)
+        slot = self.service.decode(self._mean_output) / self.service.slots if in_flight + 1 >= self.service.slots else 0.0
+        return self.service.prefill_occupancy(hit, miss) + slot
 
     def slot_wait(self, outstanding: int) -> float:
         """``load=prefill``: how long a request waits for a decode slot behind ``outstanding``
@@ -399,6 +458,7 @@ class LBGRRouter(Router):
         # load=prefill: only the prefill queues; decoding shares the slots (slot_wait).
         self.load[best] += self.service.prefill_occupancy(chosen.hit, miss) if self.load_rule == "prefill" else cost
         self._in_flight[request.rid] = (best, _InFlight(cost, now, chosen.cost + chosen.load, chosen.phi))
+        self._count_change(best, +1, now)
         self.indexes[best].insert(request.request)
         if self.copy_cost == "group":
             counts = self._routed_through
@@ -412,6 +472,7 @@ class LBGRRouter(Router):
     def on_complete(self, worker, request, now, latency):
         self._completed += 1
         self._mean_output += (request.output_tokens - self._mean_output) / self._completed
+        self._mean_latency += (latency - self._mean_latency) / min(self._completed, self.LATENCY_MEMORY)
         flight = self._release(worker, request, now)
         if flight is not None and self.learn:
             self.models[worker].update(flight.phi, latency - flight.base_estimate)
@@ -425,7 +486,8 @@ class LBGRRouter(Router):
         if routed is None:
             return None
         self._decay_to(now)
-        _, flight = routed
+        routed_to, flight = routed
+        self._count_change(routed_to, -1, now)
         if self.load_rule == "decay":  # a backlog drains by time alone
             residual = flight.cost * math.exp(-self.decay_rate * (now - flight.routed_at))
             self.load[worker] = max(0.0, self.load[worker] - residual)
