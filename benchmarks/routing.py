@@ -22,6 +22,10 @@ The 4-worker table adds LBGR and cache_aware whose index forgets past the worker
    tokens, every slot prefilling on its own (ServiceModel's defaults), 16,384 tokens, 10 req/s.
 5. mooncake: Mooncake conversation requests with Azure conversation-trace arrivals (when ../shared/data
    is present).
+6. sharegpt: the ShareGPT multi-turn replay (the held-out half, 1,762 turns; each turn's prompt is
+   the conversation so far), Poisson 2 and 4 req/s in the replay's order, 4 workers x 8,192
+   tokens, ServiceModel's defaults; KV policies lru, rlt and LPC with the oracle
+   (`--lpc-model PATH` adds LPC with a model from `lcr lpc-train`).
 All numbers are simulated seconds.
 """
 from __future__ import annotations
@@ -48,7 +52,7 @@ DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 # current when the paper ran its cache-aware baseline: it balances far more readily).
 ROUTERS = [("round_robin", {}), ("cache_aware", {}), ("cache_aware", {"defaults": "0.1.9"}),
            ("lbgr", {"queueing": "none"}), ("lbgr", {"queueing": "little"})]
-SECTIONS = ("rates", "workers", "workers_scaled", "zipf", "earlier", "mooncake")
+SECTIONS = ("rates", "workers", "workers_scaled", "zipf", "earlier", "mooncake", "sharegpt")
 POLICIES = ("lru", "rlt")
 SEEDS = (0, 1, 2)
 # Of the order of Llama-3.1-8B on one L40 (the paper's main hardware): 6,700 prefill tokens/s,
@@ -92,15 +96,15 @@ def label(name, params):
     return f"{name}:{','.join(tags)}" if tags else name
 
 
-def cell(requests_for_seed, workers, cache_tokens, service, routers=ROUTERS):
+def cell(requests_for_seed, workers, cache_tokens, service, routers=ROUTERS, policies=POLICIES, meta=None):
     rows = []
     for name, params in routers:
-        for policy in POLICIES:
+        for policy in policies:
             runs, balanced = [], []
             for seed in SEEDS:
                 router = make_router(name, workers, seed, service=service, **params)
                 runs.append(simulate(requests_for_seed(seed), router, policy=policy,
-                                     cache_tokens=cache_tokens, service=service, seed=seed))
+                                     cache_tokens=cache_tokens, service=service, seed=seed, meta=meta))
                 balanced.append(getattr(router, "balanced", 0))
             metrics = {}
             for key in ("hit_rate", "ttft_p50", "ttft_p95", "latency_p50", "latency_p95", "throughput"):
@@ -114,10 +118,10 @@ def cell(requests_for_seed, workers, cache_tokens, service, routers=ROUTERS):
 
 def print_rows(title, rows):
     print(f"\n## {title}")
-    print(f"{'router':<30} {'policy':<6} {'W':>3} {'hit rate':>14} {'TTFT p50':>9} {'TTFT p95':>15} "
+    print(f"{'router':<30} {'policy':<16} {'W':>3} {'hit rate':>14} {'TTFT p50':>9} {'TTFT p95':>15} "
           f"{'lat p50':>8} {'req/s':>6} {'CA bal':>7}")
     for r in rows:
-        print(f"{r['router']:<30} {r['policy']:<6} {r['workers']:>3} {r['hit_rate']:>7.4f} ({r['hit_rate_spread']:.3f}) "
+        print(f"{r['router']:<30} {r['policy']:<16} {r['workers']:>3} {r['hit_rate']:>7.4f} ({r['hit_rate_spread']:.3f}) "
               f"{r['ttft_p50']:>9.2f} {r['ttft_p95']:>8.2f} ({r['ttft_p95_spread']:.2f}) "
               f"{r['latency_p50']:>8.2f} {r['throughput']:>6.2f} {r['balanced']:>7.0f}", flush=True)
 
@@ -134,6 +138,7 @@ def main() -> int:
     parser.add_argument("--lbgr-variant", action="append", default=[], metavar="PARAMS",
                         help="also run LBGR (queueing=little) with these parameters in every section, "
                              "e.g. 'load=backlog;copy_cost=group' (';' or ',' between them; repeatable)")
+    parser.add_argument("--lpc-model", help="sharegpt section: also LPC with this model (lcr lpc-train)")
     args = parser.parse_args()
     sections = [x for x in args.sections.split(",") if x]
     unknown = set(sections) - set(SECTIONS)
@@ -213,6 +218,21 @@ def main() -> int:
         print_rows("Mooncake conversations (3,000 requests), Azure conv arrivals at 1.5 req/s, "
                    "4 workers x 200,000 tokens", rows)
         result["mooncake"] = rows
+    chat = DATA / "chat" / "sharegpt_v3_sample1000.jsonl"
+    if "sharegpt" in sections and chat.exists():
+        from lcr.traces import load_trace
+        trace = load_trace(f"sharegpt:path={chat},half=eval")
+        pairs = from_trace(trace, 64)
+        policies = POLICIES + ("lpc:model=oracle",) + ((f"lpc:model={args.lpc_model}",) if args.lpc_model else ())
+        result["sharegpt"] = []
+        for rate in (2.0, 4.0):
+            rows = cell(lambda seed: with_arrivals(pairs, poisson_arrivals(len(pairs), rate, seed)), 4, 8_192,
+                        ServiceModel(), routers, policies=policies, meta=trace.meta)
+            for r in rows:
+                r["rate"] = rate
+            print_rows(f"ShareGPT multi-turn replay ({len(pairs):,} turns, held-out half), Poisson {rate:g} "
+                       "req/s, 4 workers x 8,192 tokens", rows)
+            result["sharegpt"] += rows
     result["seconds"] = time.time() - started
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1))

@@ -1,6 +1,7 @@
 """Routing across serving workers: each router's rule, LBGR's learning, the cluster simulator."""
 from __future__ import annotations
 
+import json
 import math
 import subprocess
 import sys
@@ -677,3 +678,50 @@ def test_prompt_blocks_share_ids_exactly_along_a_shared_prefix():
     assert text.tokens == (64, 11)
     with pytest.raises(ValueError):
         prompt_blocks({"input_ids": [[1, 2]]})
+
+
+def test_simulated_workers_cache_with_the_request_index_as_the_clock(monkeypatch):
+    """A worker's tree serves request i at time i, whatever order the cluster starts
+    requests in, so policies that read per-request data (LPC's probabilities, an oracle's
+    next use) find the request they serve. Round robin over 2 one-slot workers: request 2
+    waits behind the long request 0 while request 3 starts on the idle worker first."""
+    import lcr.route.sim as route_sim
+
+    served = []
+
+    class Recording(RadixTree):
+        def serve(self, request, now):
+            served.append((request.paths[0], now))
+            return super().serve(request, now)
+
+    monkeypatch.setattr(route_sim, "RadixTree", Recording)
+    requests = [req(0, [10], out=50), req(1, [11], out=1, t=0.1), req(2, [12], out=1, t=0.2),
+                req(3, [13], out=1, t=0.3)]
+    simulate(requests, make_router("round_robin", 2), cache_tokens=1000,
+             service=ServiceModel(0.001, 0.0, 0.1, slots=1))
+    assert [path for path, _ in served] == [10, 11, 13, 12]    # started out of index order
+    assert served == [(10, 0), (11, 1), (13, 3), (12, 2)]
+    with pytest.raises(ValueError):                              # not in arrival order
+        simulate([requests[1], requests[0]], make_router("round_robin", 2), cache_tokens=1000)
+
+
+def test_sim_route_runs_lpc_on_the_sharegpt_replay_and_refuses_it_elsewhere(tmp_path):
+    """The ShareGPT multi-turn replay as a routed workload, with the LPC policies (their
+    per-request probabilities from the chat trace) and the replay's own arrival times."""
+    chats = data_file("chat/sharegpt_v3_sample1000.jsonl")
+    spec = f"sharegpt:path={chats},conversations=120"
+    out = subprocess.run([sys.executable, "-m", "lcr", "sim-route", spec, "--workers", "2", "--cache-tokens", "4096",
+                          "--routers", "cache_aware", "--policies", "lru,lpc:model=oracle,lpc:model=oracle;invert=1",
+                          "--arrivals", "trace:rate=2", "--json", str(tmp_path / "r.json")],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    hit = {r["policy"]: r["hit_rate"] for r in json.loads((tmp_path / "r.json").read_text())["results"]}
+    # The oracle keeps the conversations that go on; inverted, it keeps those that ended.
+    assert hit["lpc:model=oracle"] > 1.05 * hit["lru"] > 1.05 * hit["lpc:model=oracle,invert=1"], hit
+    for bad in (["gsp:groups=4,prompts=4", "--policies", "lpc:model=oracle"],
+                ["gsp:groups=4,prompts=4", "--arrivals", "trace"],
+                [spec, "--arrivals", "trace:speed=2"]):
+        run = subprocess.run([sys.executable, "-m", "lcr", "sim-route", *bad], capture_output=True, text=True,
+                             timeout=300)
+        assert run.returncode == 2, (bad, run.stderr)
+        assert len(run.stderr.strip().splitlines()) == 1 and "Traceback" not in run.stderr, run.stderr

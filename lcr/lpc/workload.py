@@ -135,6 +135,8 @@ def to_trace(requests: list[ChatRequest], conversations: list[Conversation], blo
         "turns": [r.turn for r in requests],
         "continues": [conversations[r.conversation].continues_after(r.turn) for r in requests],
         "prompt_tokens": [r.prompt_tokens for r in requests],
+        # The reply each request caches with it: its decode, for lcr sim-route.
+        "output_lengths": [len(r.tokens) - r.prompt_tokens for r in requests],
         "input_lengths": [len(r.tokens) for r in requests],
         "conversations": {conversations[r.conversation].id: conversations[r.conversation]
                           for r in requests},

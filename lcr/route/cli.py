@@ -11,13 +11,13 @@ import numpy as np
 from lcr.errors import LcrInputError
 from lcr.route.routers import ROUTERS, make_router
 from lcr.route.service import ServiceModel
+from lcr.route.sim import KV_POLICIES
 from lcr.route.workload import (azure_arrivals, from_trace, poisson_arrivals, shared_prefix,
                                 with_arrivals)
 from lcr.sim.args import check_limit, check_seed
 from lcr.sim.cli import split_policies
 from lcr.sim.sweep import PolicySpec
 
-KV_POLICIES = ("lru", "rlt", "laru")
 
 
 def register(subparsers) -> None:
@@ -34,13 +34,17 @@ def register(subparsers) -> None:
                    help=f"comma-separated, from {', '.join(ROUTERS)}; parameters after ':' "
                         "separated by ';', e.g. lbgr:features=intercept;hysteresis=0.1 or "
                         "cache_aware:defaults=0.1.9 (sglang-router 0.1.9's thresholds)")
-    p.add_argument("--policies", default="lru,rlt", help=f"KV cache policies, from {', '.join(KV_POLICIES)}")
+    p.add_argument("--policies", default="lru,rlt",
+                   help=f"KV cache policies, from {', '.join(KV_POLICIES)}, parameters after ':' separated "
+                        "by ';' (lpc:model=PATH from lcr lpc-train, or model=oracle; the LPC policies "
+                        "need a chat trace: sharegpt:...)")
     p.add_argument("--workers", default="4", help="worker counts, e.g. 2,4,8,10")
     p.add_argument("--cache-tokens", default="16384", help="KV cache tokens per worker (comma-separated)")
     p.add_argument("--arrivals", default="poisson:rate=20",
                    help="poisson:rate=R, azure:PATH[,rate=R] (the Azure LLM inference trace's "
-                        "timestamps, rescaled to mean rate R if given), or closed:clients=C (C "
-                        "clients, each sending its next request when its last one completes)")
+                        "timestamps, rescaled to mean rate R if given), closed:clients=C (C "
+                        "clients, each sending its next request when its last one completes), or "
+                        "trace[:rate=R] (a chat trace's own request times, rescaled to mean rate R if given)")
     p.add_argument("--service-jitter", type=float, default=0.0,
                    help="log standard deviation of each request's real service time around the "
                         "service model's (lognormal, mean 1; the routers still estimate with the model)")
@@ -115,7 +119,9 @@ def _spec_params(text: str) -> dict[str, str]:
 
 
 def load_requests(spec: str, block_tokens: int, seed: int, limit: int | None):
-    """(BlockRequest, output tokens) pairs of the workload argument."""
+    """(BlockRequest, output tokens) pairs of the workload argument, and the trace's meta
+    (a chat trace's conversations, for the LPC policies; empty for gsp)."""
+    meta: dict = {}
     name, _, rest = spec.partition(":")
     if name == "gsp":
         params = _spec_params(rest)
@@ -133,17 +139,35 @@ def load_requests(spec: str, block_tokens: int, seed: int, limit: int | None):
         requests = shared_prefix(block_tokens=block_tokens, **kwargs)
     else:
         from lcr.traces import load_trace
-        requests = from_trace(load_trace(spec, limit=limit), block_tokens)
+        trace = load_trace(spec, limit=limit)
+        requests, meta = from_trace(trace, block_tokens), trace.meta
     if limit is not None:
         requests = requests[:limit]
     if not requests:
         raise LcrInputError(f"{spec}: no requests")
-    return requests
+    return requests, meta
 
 
-def arrival_times(spec: str, count: int, seed: int) -> tuple[np.ndarray, int | None]:
-    """The requests' arrival times and, for a closed loop, its number of clients."""
+def arrival_times(spec: str, count: int, seed: int, meta: dict | None = None) -> tuple[np.ndarray, int | None]:
+    """The requests' arrival times and, for a closed loop, its number of clients. ``trace``:
+    the workload's own request times (a chat trace's replay, ``meta["times"]``, seconds),
+    ``trace:rate=R`` the same pattern scaled to a mean rate of R requests per second."""
     kind, _, rest = spec.partition(":")
+    if kind == "trace":
+        params = _spec_params(rest)
+        if set(params) - {"rate"}:
+            raise LcrInputError(f"--arrivals {spec!r}: expected trace or trace:rate=R")
+        times = (meta or {}).get("times")
+        if times is None or len(times) < count:
+            raise LcrInputError("--arrivals trace: the workload has no request times in seconds "
+                                "(a chat trace has them: sharegpt:...)")
+        stamps = np.asarray(times[:count], dtype=float)
+        if np.any(np.diff(stamps) < 0):
+            raise LcrInputError("--arrivals trace: the workload's request times are not in order")
+        stamps = stamps - stamps[0]
+        if "rate" in params and count > 1 and stamps[-1] > 0:  # the same pattern, faster or slower
+            stamps *= (count - 1) / stamps[-1] / _positive(params["rate"], "--arrivals rate")
+        return stamps, None
     if kind == "closed":
         params = _spec_params(rest)
         if set(params) != {"clients"}:
@@ -159,7 +183,8 @@ def arrival_times(spec: str, count: int, seed: int) -> tuple[np.ndarray, int | N
         params = _spec_params(tail)
         rate = _positive(params["rate"], "--arrivals rate") if "rate" in params else None
         return azure_arrivals(path, count, rate), None
-    raise LcrInputError(f"--arrivals {spec!r}: expected poisson:rate=R, azure:PATH[,rate=R] or closed:clients=C")
+    raise LcrInputError(f"--arrivals {spec!r}: expected poisson:rate=R, azure:PATH[,rate=R], "
+                        "closed:clients=C or trace")
 
 
 def _positive(text: str, flag: str) -> float:
@@ -178,10 +203,7 @@ def run(args) -> int:
     routers = [PolicySpec.parse(item, registry=ROUTERS) for item in split_policies(args.routers)]
     if not routers:
         raise LcrInputError("--routers: give at least one router")
-    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
-    for policy in policies:
-        if policy not in KV_POLICIES:
-            raise LcrInputError(f"--policies: unknown policy {policy!r}; valid: {', '.join(KV_POLICIES)}")
+    policies = [PolicySpec.parse(item, registry=KV_POLICIES).label for item in split_policies(args.policies)]
     if not policies:
         raise LcrInputError("--policies: give at least one policy")
     worker_counts = _ints(args.workers, "--workers", 1, 1024)
@@ -192,12 +214,13 @@ def run(args) -> int:
     check_seed(args.seed)
     service = service_model(args)
     check_jitter(args.service_jitter)
-    pairs = load_requests(args.workload, args.block_tokens, args.seed, args.limit)
-    arrivals, clients = arrival_times(args.arrivals, len(pairs), args.seed)
+    pairs, meta = load_requests(args.workload, args.block_tokens, args.seed, args.limit)
+    arrivals, clients = arrival_times(args.arrivals, len(pairs), args.seed, meta)
     requests = with_arrivals(pairs, arrivals)
 
     results = []
-    header = (f"{'router':<28} {'policy':<6} {'workers':>7} {'cache':>8} {'hit rate':>8} "
+    width = max(6, *(len(p) for p in policies))
+    header = (f"{'router':<28} {'policy':<{width}} {'workers':>7} {'cache':>8} {'hit rate':>8} "
               f"{'TTFT p50':>9} {'p95':>8} {'lat p50':>8} {'p95':>8} {'req/s':>7}")
     print(f"# {args.workload}: {len(requests)} requests, arrivals {args.arrivals}")
     print(header)
@@ -212,9 +235,9 @@ def run(args) -> int:
                         raise LcrInputError(f"router {spec.label}: {err}") from None
                     r = simulate(requests, router, policy=policy, cache_tokens=size,
                                  service=service, seed=args.seed, clients=clients,
-                                 jitter=args.service_jitter)
+                                 jitter=args.service_jitter, meta=meta)
                     results.append({"router_spec": spec.label, **r.as_dict()})
-                    print(f"{spec.label:<28} {policy:<6} {workers:>7} {size:>8} {r.hit_rate:>8.4f} "
+                    print(f"{spec.label:<28} {policy:<{width}} {workers:>7} {size:>8} {r.hit_rate:>8.4f} "
                           f"{r.ttft_p50:>9.3f} {r.ttft_p95:>8.3f} {r.latency_p50:>8.3f} "
                           f"{r.latency_p95:>8.3f} {r.throughput:>7.2f}", flush=True)
     if args.json:

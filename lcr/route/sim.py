@@ -13,6 +13,10 @@ loop: that many clients each send their next request when their previous one com
 (bench_serving's ``--max-concurrency``, and the live benchmark's clients), so the
 requests' own arrival times are ignored.
 
+The workers' caches count time in request indices (the workload's order): a policy that
+reads per-request data, LPC's continuation probabilities of a chat trace (``meta``) or a
+predictor's view of the workload, finds the request it is serving.
+
 ``jitter`` makes the workers' real service times vary around the service model's: each
 request's prefill and decode take a lognormal multiple (mean 1, log standard deviation
 ``jitter``) of what the model says, drawn per request from ``seed``. Routers still
@@ -35,6 +39,11 @@ from lcr.kv.tree import RadixTree
 from lcr.route.routers import Router
 from lcr.route.service import ServiceModel
 from lcr.route.workload import RoutedRequest
+from lcr.sim.sweep import PolicySpec
+
+#: The KV policies a simulated worker can run (``lcr.kv.sim``'s registry; the LPC ones need
+#: a chat trace's ``meta``).
+KV_POLICIES = ("lru", "rlt", "laru", "lpc", "lpc-oracle", "laru-lpc")
 
 
 @dataclass
@@ -78,24 +87,33 @@ class _Worker:
 def simulate(requests: Sequence[RoutedRequest], router: Router, *, policy: str = "lru",
              cache_tokens: int, service: ServiceModel | Sequence[ServiceModel] | None = None,
              predictor: str = "lightgbm", seed: int = 0, clients: int | None = None,
-             jitter: float = 0.0) -> RouteResult:
-    """Serve ``requests`` (in arrival order) on ``router.workers`` workers; with ``clients``,
-    in a closed loop of that many clients, in the same order."""
+             jitter: float = 0.0, meta: dict | None = None) -> RouteResult:
+    """Serve ``requests`` (in arrival order, ``rid`` = position) on ``router.workers``
+    workers; with ``clients``, in a closed loop of that many clients, in the same order.
+    ``policy``: a KV policy, with parameters (``lpc:model=oracle``); ``meta``: the trace's
+    (a chat trace's conversations, for the LPC policies)."""
     if cache_tokens < 1:
         raise LcrInputError(f"cache size must be at least 1 token per worker, got {cache_tokens}")
     if clients is not None and clients < 1:
         raise LcrInputError(f"closed loop: clients must be at least 1, got {clients}")
     check_jitter(jitter)
+    spec = PolicySpec.parse(policy, registry=KV_POLICIES)
+    if any(r.rid != i for i, r in enumerate(requests)) or (
+            clients is None and any(b.arrival < a.arrival for a, b in zip(requests, requests[1:]))):
+        raise LcrInputError("simulate: requests must be in arrival order with rid = their position")
     # Per request, the factor its real service time has over the model's (1 without jitter).
     slowdown = np.exp(jitter * np.random.default_rng(seed).standard_normal(len(requests)) - jitter ** 2 / 2)
     n = router.workers
     services = _per_worker(service, n)
     workload = BlockWorkload([r.request for r in requests], "routed")
+    # The caller's meta itself: LPC caches its probabilities there, once per workload.
+    workload.meta = meta if meta is not None else {}
     workers = []
     for w in range(n):
-        pred = make_path_predictor(predictor, workload, 0.0, seed + w) if policy in PREDICTIVE else None
-        workers.append(_Worker(RadixTree(cache_tokens, make_policy(policy, workload, predictor=pred,
-                                                                     seed=seed + w)), services[w]))
+        pred = make_path_predictor(predictor, workload, 0.0, seed + w) if spec.name in PREDICTIVE else None
+        workers.append(_Worker(RadixTree(cache_tokens, make_policy(spec.name, workload, predictor=pred,
+                                                                     seed=seed + w, **spec.kwargs)),
+                               services[w]))
 
     # (time, kind, sequence, worker or -1, request index): at equal times prefill ends
     # (kind 0) and completions (kind 1) come before arrivals (kind 2), so a freed lane or
@@ -111,18 +129,17 @@ def simulate(requests: Sequence[RoutedRequest], router: Router, *, policy: str =
     ttft = np.zeros(len(requests))
     latency = np.zeros(len(requests))
     hits = 0
-    started = 0
     finish_order = 0
     last_finish = 0.0
 
     def start_ready(w: int, now: float) -> None:
-        nonlocal hits, started, finish_order
+        nonlocal hits, finish_order
         worker = workers[w]
         while worker.free_slots and worker.free_prefill and worker.queue:
             r = worker.queue.popleft()
-            # The trees and their policies count time in served requests.
-            hit = worker.tree.serve(r.request, started)
-            started += 1
+            # The trees and their policies count time in request indices (module docstring);
+            # each worker's FIFO queue keeps them increasing per tree.
+            hit = worker.tree.serve(r.request, r.rid)
             hits += hit
             prefill = worker.service.prefill(hit, r.prompt_tokens - hit) * slowdown[r.rid]
             service_time = prefill + worker.service.decode(r.output_tokens) * slowdown[r.rid]
@@ -163,7 +180,7 @@ def simulate(requests: Sequence[RoutedRequest], router: Router, *, policy: str =
 
     makespan = last_finish - (arrival[0] if requests else 0.0)
     return RouteResult(
-        router=router.name, policy=policy, workers=n, cache_tokens=cache_tokens,
+        router=router.name, policy=spec.label, workers=n, cache_tokens=cache_tokens,
         requests=len(requests), prompt_tokens=sum(r.prompt_tokens for r in requests),
         hit_tokens=hits,
         ttft_p50=_pct(ttft, 50), ttft_p95=_pct(ttft, 95),
