@@ -29,7 +29,8 @@ def register(subparsers) -> None:
     p.add_argument("workload",
                    help="gsp[:groups=128,prompts=32,prompt_tokens=1024,prefix_ratio=0.5,"
                         "output_tokens=128,order=shuffled,zipf_alpha=0], a Mooncake JSONL file, or a prefix-block "
-                        "generator spec (online_qa:..., aibrix:...)")
+                        "generator spec (online_qa:..., aibrix:..., sharegpt:path=CHATS.jsonl[,half=eval]: the "
+                        "ShareGPT multi-turn replay)")
     p.add_argument("--routers", default="random,round_robin,cache_aware,lbgr",
                    help=f"comma-separated, from {', '.join(ROUTERS)}; parameters after ':' "
                         "separated by ';', e.g. lbgr:features=intercept;hysteresis=0.1 or "
