@@ -144,6 +144,8 @@ def main() -> int:
     unknown = set(sections) - set(SECTIONS)
     if unknown:
         parser.error(f"--sections: unknown {', '.join(sorted(unknown))}; valid: {', '.join(SECTIONS)}")
+    if args.lpc_model and not Path(args.lpc_model).is_file():
+        parser.error(f"--lpc-model: no such file: {args.lpc_model}")
     variants = []
     for text in args.lbgr_variant:
         try:
@@ -226,8 +228,8 @@ def main() -> int:
         policies = POLICIES + ("lpc:model=oracle",) + ((f"lpc:model={args.lpc_model}",) if args.lpc_model else ())
         result["sharegpt"] = []
         for rate in (2.0, 4.0):
-            rows = cell(lambda seed: with_arrivals(pairs, poisson_arrivals(len(pairs), rate, seed)), 4, 8_192,
-                        ServiceModel(), routers, policies=policies, meta=trace.meta)
+            rows = cell(poisson({seed: pairs for seed in SEEDS}, rate), 4, 8_192, ServiceModel(), routers,
+                        policies=policies, meta=trace.meta)
             for r in rows:
                 r["rate"] = rate
             print_rows(f"ShareGPT multi-turn replay ({len(pairs):,} turns, held-out half), Poisson {rate:g} "

@@ -617,6 +617,16 @@ def test_azure_arrivals_follow_the_trace_and_rescale():
     assert 30_000 / scaled[-1] == pytest.approx(10.0, rel=0.05)
 
 
+def test_trace_arrivals_start_at_zero_and_rescale_to_the_mean_rate():
+    from lcr.route.workload import trace_arrivals
+
+    assert list(trace_arrivals([10.0, 11.0, 13.0, 16.0, 99.0], 4)) == [0.0, 1.0, 3.0, 6.0]
+    assert list(trace_arrivals([10.0, 11.0, 13.0, 16.0], 4, rate=1.0)) == pytest.approx([0.0, 0.5, 1.5, 3.0])
+    for times in (None, [1.0, 2.0], [3.0, 1.0, 2.0, 4.0]):   # none, too few, out of order
+        with pytest.raises(ValueError):
+            trace_arrivals(times, 4)
+
+
 def test_sim_route_cli_runs_and_rejects_bad_input(tmp_path):
     def lcr(*args):
         return subprocess.run([sys.executable, "-m", "lcr", "sim-route", *args],

@@ -13,7 +13,7 @@ from lcr.route.routers import ROUTERS, make_router
 from lcr.route.service import ServiceModel
 from lcr.route.sim import KV_POLICIES
 from lcr.route.workload import (azure_arrivals, from_trace, poisson_arrivals, shared_prefix,
-                                with_arrivals)
+                                trace_arrivals, with_arrivals)
 from lcr.sim.args import check_limit, check_seed
 from lcr.sim.cli import split_policies
 from lcr.sim.sweep import PolicySpec
@@ -158,17 +158,8 @@ def arrival_times(spec: str, count: int, seed: int, meta: dict | None = None) ->
         params = _spec_params(rest)
         if set(params) - {"rate"}:
             raise LcrInputError(f"--arrivals {spec!r}: expected trace or trace:rate=R")
-        times = (meta or {}).get("times")
-        if times is None or len(times) < count:
-            raise LcrInputError("--arrivals trace: the workload has no request times in seconds "
-                                "(a chat trace has them: sharegpt:...)")
-        stamps = np.asarray(times[:count], dtype=float)
-        if np.any(np.diff(stamps) < 0):
-            raise LcrInputError("--arrivals trace: the workload's request times are not in order")
-        stamps = stamps - stamps[0]
-        if "rate" in params and count > 1 and stamps[-1] > 0:  # the same pattern, faster or slower
-            stamps *= (count - 1) / stamps[-1] / _positive(params["rate"], "--arrivals rate")
-        return stamps, None
+        rate = _positive(params["rate"], "--arrivals rate") if "rate" in params else None
+        return trace_arrivals((meta or {}).get("times"), count, rate), None
     if kind == "closed":
         params = _spec_params(rest)
         if set(params) != {"clients"}:

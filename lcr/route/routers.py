@@ -379,10 +379,12 @@ class LBGRRouter(Router):
         self._count_time = max(self._count_time, now)
 
     def _count_change(self, worker: int, delta: int, now: float) -> None:
-        """A request routed to (+1) or finished at (-1) ``worker``. Until a latency is
-        known there is no time scale, and the average is the count itself."""
-        if self.in_flight == "mean":
-            self._average_counts_to(now)
+        """A request routed to (+1) or finished at (-1) ``worker`` (tracked for
+        ``in_flight=mean`` only). Until a latency is known there is no time scale, and the
+        average is the count itself."""
+        if self.in_flight != "mean":
+            return
+        self._average_counts_to(now)
         self._count[worker] += delta
         if self._mean_latency <= 0:
             self._count_mean[worker] = float(self._count[worker])

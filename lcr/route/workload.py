@@ -122,6 +122,22 @@ def azure_arrivals(path: str | Path, count: int, rate: float | None = None) -> n
     return arrivals
 
 
+def trace_arrivals(times, count: int, rate: float | None = None) -> np.ndarray:
+    """Arrival times (s, from 0) of the first ``count`` requests of a trace that records
+    them (a chat trace's replay: ``meta["times"]``); rescaled to a mean ``rate`` if given,
+    the same pattern faster or slower."""
+    if times is None or len(times) < count:
+        raise LcrInputError("--arrivals trace: the workload has no request times in seconds "
+                            "(a chat trace has them: sharegpt:...)")
+    stamps = np.asarray(times[:count], dtype=float)
+    if np.any(np.diff(stamps) < 0):
+        raise LcrInputError("--arrivals trace: the workload's request times are not in order")
+    stamps = stamps - stamps[0]
+    if rate is not None and count > 1 and stamps[-1] > 0:
+        stamps *= (count - 1) / stamps[-1] / rate
+    return stamps
+
+
 def with_arrivals(requests: list[tuple[BlockRequest, int]], arrivals: np.ndarray) -> list[RoutedRequest]:
     return [RoutedRequest(i, float(t), r, out)
             for i, ((r, out), t) in enumerate(zip(requests, arrivals))]
