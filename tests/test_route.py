@@ -668,13 +668,104 @@ def test_proxy_answers_503_when_no_worker_is_reachable_and_takes_them_out():
         try:
             return await proxy.forward("/generate", json.dumps({"input_ids": [1, 2, 3]}).encode())
         finally:
-            await proxy.client.aclose()
+            await proxy.close()
 
     status, _, worker = asyncio.run(run())
     metrics = proxy.metrics()
     assert status == 503 and worker is None and metrics["lost"] == 1 and metrics["retries"] == 1
     assert [w["alive"] for w in metrics["workers"]] == [False, False]
     assert proxy.outstanding == [0, 0]
+
+
+def _through_proxy(workers, client_steps):
+    """Serve a round-robin proxy over StubWorkers on a real port and run ``client_steps(url,
+    proxy, session)``; returns its result and the proxy."""
+    import asyncio
+
+    import aiohttp
+    from aiohttp import web
+
+    from lcr.route.serve import RoutingProxy, create_app
+
+    async def run():
+        urls = [await w.start() for w in workers]
+        proxy = RoutingProxy(urls, make_router("round_robin", len(urls)))
+        runner = web.AppRunner(create_app(proxy))
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        url = "http://127.0.0.1:%d" % runner.addresses[0][1]
+        try:
+            async with aiohttp.ClientSession() as session:
+                return await client_steps(url, proxy, session), proxy
+        finally:
+            await runner.cleanup()
+            for w in workers:
+                await w.stop()
+
+    return asyncio.run(run())
+
+
+def test_proxy_streams_replies_through_byte_for_byte():
+    from lcr.route.stub_worker import StubWorker
+
+    body = {"text": "hello", "stream": True}
+    expected = b"".join(b'data: {"text": "%s"}\n\n' % (b"x" * (i + 1)) for i in range(4)) + b"data: [DONE]\n\n"
+
+    async def steps(url, proxy, session):
+        async with session.post(url + "/generate", json=body) as reply:
+            whole = (reply.status, reply.headers["X-Lcr-Worker"], await reply.read())
+        async with session.post(url + "/generate", json={"text": "plain"}) as reply:
+            plain = (reply.headers["X-Lcr-Worker"], await reply.json())
+        return whole, plain
+
+    (status, worker, data), plain = _through_proxy([StubWorker(), StubWorker()], steps)[0]
+    assert (status, worker, data) == (200, "0", expected)       # byte for byte, as streamed
+    assert plain == ("1", {"text": "xxxx", "meta_info": {}})
+
+
+def test_proxy_counts_a_client_that_leaves_as_finished():
+    import asyncio
+
+    from lcr.route.stub_worker import StubWorker
+
+    async def steps(url, proxy, session):
+        reply = await session.post(url + "/generate", json={"text": "a", "stream": True})
+        await reply.content.readany()
+        reply.close()
+        for _ in range(200):
+            if proxy.outstanding == [0, 0]:
+                break
+            await asyncio.sleep(0.01)
+        return list(proxy.outstanding)
+
+    outstanding, proxy = _through_proxy([StubWorker(chunks=50, chunk_gap_s=0.02), StubWorker()], steps)
+    assert outstanding == [0, 0]
+    assert proxy.metrics()["workers"][0]["alive"] is True       # leaving is not the worker's fault
+
+
+def test_proxy_ends_a_broken_stream_with_an_error_event_and_retries_a_worker_that_never_answered():
+    from lcr.route.serve import StreamedReply
+    from lcr.route.stub_worker import StubWorker
+
+    async def steps(url, proxy, session):
+        out = []
+        for _ in range(2):
+            async with session.post(url + "/generate", json={"text": "a", "stream": True}) as reply:
+                out.append((reply.status, reply.headers.get("X-Lcr-Worker"), await reply.read()))
+        return out
+
+    # worker 0 dies after two events; worker 1 closes before its first byte, so the proxy
+    # can still retry that request, on worker 2
+    workers = [StubWorker(break_after=2), StubWorker(break_after=0), StubWorker()]
+    (broken, retried), proxy = _through_proxy(workers, steps)
+    assert broken[:2] == (200, "0") and broken[2].endswith(StreamedReply.ERROR_EVENT)
+    assert broken[2].count(b"data: ") == 3          # two events, then the error
+    assert retried[:2] == (200, "2") and retried[2].endswith(b"data: [DONE]\n\n")
+    metrics = proxy.metrics()
+    assert [w["alive"] for w in metrics["workers"]] == [False, False, True]
+    assert metrics["retries"] == 1 and metrics["lost"] == 0
+    assert proxy.outstanding == [0, 0, 0]
 
 
 def test_prompt_blocks_share_ids_exactly_along_a_shared_prefix():

@@ -43,13 +43,14 @@ def workers(tmp_path_factory):
 
 
 class Router:
-    def __init__(self, urls, router, log: Path):
+    def __init__(self, urls, router: str | None, log: Path):
+        """``router`` None: serve-router's default."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = {**os.environ, "PYTHONPATH": pythonpath()}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "lcr", "serve-router", "--worker-urls", ",".join(urls),
-             "--router", router, "--port", str(self.port)],
+             *(["--router", router] if router else []), "--port", str(self.port)],
             env=env, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.time() + 60
         while time.time() < deadline:
@@ -78,7 +79,7 @@ def generate(url, ids):
 
 
 def test_router_routes_and_survives_a_killed_worker(workers, tmp_path):
-    router = Router([w.url for w in workers], "lbgr", tmp_path / "router.log")
+    router = Router([w.url for w in workers], None, tmp_path / "router.log")   # the default, LBGR
     try:
         prompts = list(conversations(count=6, turns=4))
         answered = cached = 0
@@ -118,7 +119,7 @@ def test_live_decisions_equal_the_router_objects(workers, tmp_path):
             status, _, _ = await proxy.forward("/generate", json.dumps(
                 {"input_ids": ids, "sampling_params": {"max_new_tokens": 1}}).encode())
             assert status == 200
-        await proxy.client.aclose()
+        await proxy.close()
 
     asyncio.run(run())
     fresh = CacheAwareRouter(len(alive))

@@ -18,6 +18,7 @@ from lcr.sim.args import check_limit, check_seed
 from lcr.sim.cli import split_policies
 from lcr.sim.sweep import PolicySpec
 
+LIVE_DEFAULT_ROUTER = "lbgr:load=prefill;in_flight=mean"   # serve-router's --router default
 
 
 def register(subparsers) -> None:
@@ -62,8 +63,12 @@ def register(subparsers) -> None:
                     "/v1/chat/completions are forwarded (streaming too) to the worker the chosen "
                     "router picks; failed workers leave rotation and their requests are retried.")
     s.add_argument("--worker-urls", required=True, help="comma-separated worker base URLs")
-    s.add_argument("--router", default="lbgr", help=f"one of {', '.join(ROUTERS)}, with parameters "
-                                                     "after ':' separated by ';'")
+    # The live default is LBGR pricing the queue a new request's first token waits behind
+    # (docs/routing.md, "Time to first token"): measured live against sglang-router's
+    # cache_aware, it kept prefixes together where LBGR's decayed load split them.
+    s.add_argument("--router", default=LIVE_DEFAULT_ROUTER,
+                   help=f"one of {', '.join(ROUTERS)}, with parameters after ':' separated by ';' "
+                        f"(default: {LIVE_DEFAULT_ROUTER.replace('%', '%%')})")
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=30000)
     s.add_argument("--block-tokens", type=int, default=64, help="tokens per prefix block the router tracks")
@@ -265,15 +270,14 @@ def serve(args) -> int:
     except TypeError as err:
         raise LcrInputError(f"router {specs[0].label}: {err}") from None
     try:
-        import uvicorn
-        from lcr.route.serve import RoutingProxy, create_app
+        import aiohttp  # noqa: F401
+        from lcr.route.serve import RoutingProxy, run
     except ImportError as err:
-        raise LcrInputError(f"serve-router needs lcr[service] (fastapi, uvicorn, httpx): {err}") from None
+        raise LcrInputError(f"serve-router needs lcr[router] (aiohttp): {err}") from None
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"lcr serve-router: warning: listening on {args.host} without TLS or authentication",
               file=sys.stderr)
     print(f"lcr serve-router: {specs[0].label} over {len(urls)} workers on {args.host}:{args.port}",
           file=sys.stderr, flush=True)
-    app = create_app(RoutingProxy(urls, router, block_tokens=args.block_tokens))
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    run(RoutingProxy(urls, router, block_tokens=args.block_tokens), args.host, args.port)
     return 0
