@@ -280,7 +280,6 @@ class StreamedReply:
         self.proxy.finish(self.worker, self.request, self._ok)
 
 
-
 def create_app(proxy: RoutingProxy):
     """The aiohttp application serving ``proxy``: the forwarded routes, /health, /lcr/metrics."""
     from aiohttp import web
