@@ -78,6 +78,28 @@ def generate(url, ids):
         return json.loads(reply.read()), int(reply.headers["X-Lcr-Worker"])
 
 
+def test_router_streams_what_the_worker_streams(workers, tmp_path):
+    """A streamed /generate through the router ends as the worker's own stream does, with
+    the same final text as the unstreamed reply (greedy decoding)."""
+    router = Router([w.url for w in workers], None, tmp_path / "router.log")
+    try:
+        ids = next(iter(conversations(count=1, turns=1)))
+        unstreamed, worker = generate(router.url, ids)
+        body = json.dumps({"input_ids": ids, "stream": True,
+                           "sampling_params": {"max_new_tokens": 2, "temperature": 0}})
+        request = urllib.request.Request(router.url + "/generate", body.encode(),
+                                         {"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=120) as reply:
+            assert reply.headers["Content-Type"].startswith("text/event-stream")
+            assert int(reply.headers["X-Lcr-Worker"]) == worker     # the prefix's worker again
+            events = [line[5:].strip() for line in reply if line.startswith(b"data:")]
+        assert events[-1] == b"[DONE]" and len(events) >= 2
+        assert json.loads(events[-2])["text"] == unstreamed["text"]
+        assert router.metrics()["outstanding"] == [0, 0]
+    finally:
+        router.stop()
+
+
 def test_router_routes_and_survives_a_killed_worker(workers, tmp_path):
     router = Router([w.url for w in workers], None, tmp_path / "router.log")   # the default, LBGR
     try:
