@@ -650,6 +650,23 @@ def test_sim_route_cli_runs_and_rejects_bad_input(tmp_path):
         assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
 
 
+def test_serve_router_rejects_bad_input_in_one_line():
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        for bad in (["--worker-urls", "http://127.0.0.1:1", "--port", port],     # port in use
+                    ["--worker-urls", "ftp://x"], ["--worker-urls", ","],
+                    ["--worker-urls", "http://127.0.0.1:1", "--router", "lbgr:load=x"],
+                    ["--worker-urls", "http://127.0.0.1:1", "--port", "70000"]):
+            out = subprocess.run([sys.executable, "-m", "lcr", "serve-router", *bad],
+                                 capture_output=True, text=True, timeout=60)
+            assert out.returncode == 2, (bad, out.stderr)
+            assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr, (bad, out.stderr)
+
+
 def test_proxy_answers_503_when_no_worker_is_reachable_and_takes_them_out():
     import asyncio
     import json

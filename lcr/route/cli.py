@@ -271,13 +271,14 @@ def serve(args) -> int:
         raise LcrInputError(f"router {specs[0].label}: {err}") from None
     try:
         import aiohttp  # noqa: F401
-        from lcr.route.serve import RoutingProxy, run
+        from lcr.route.serve import RoutingProxy, listen, run
     except ImportError as err:
         raise LcrInputError(f"serve-router needs lcr[router] (aiohttp): {err}") from None
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"lcr serve-router: warning: listening on {args.host} without TLS or authentication",
               file=sys.stderr)
+    sock = listen(args.host, args.port)
     print(f"lcr serve-router: {specs[0].label} over {len(urls)} workers on {args.host}:{args.port}",
           file=sys.stderr, flush=True)
-    run(RoutingProxy(urls, router, block_tokens=args.block_tokens), args.host, args.port)
+    run(RoutingProxy(urls, router, block_tokens=args.block_tokens), sock)
     return 0

@@ -321,8 +321,19 @@ def create_app(proxy: RoutingProxy):
     return app
 
 
-def run(proxy: RoutingProxy, host: str, port: int) -> None:
-    """Serve until interrupted, on uvloop when it is installed."""
+def listen(host: str, port: int):
+    """The bound listening socket; a taken port or an unknown host is a one-line error."""
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        return socket.create_server((host, port), family=family)
+    except OSError as err:
+        raise LcrInputError(f"--host/--port: cannot listen on {host}:{port}: {err.strerror or err}") from None
+
+
+def run(proxy: RoutingProxy, sock) -> None:
+    """Serve on ``sock`` until interrupted, on uvloop when it is installed."""
     from aiohttp import web
 
     try:
@@ -330,4 +341,4 @@ def run(proxy: RoutingProxy, host: str, port: int) -> None:
         loop = uvloop.new_event_loop()
     except ImportError:
         loop = asyncio.new_event_loop()
-    web.run_app(create_app(proxy), host=host, port=port, print=None, access_log=None, loop=loop)
+    web.run_app(create_app(proxy), sock=sock, print=None, access_log=None, loop=loop)
