@@ -418,6 +418,29 @@ def test_lbgr_places_an_unseen_prefix_by_routed_share_not_momentary_load():
         LBGRRouter(1, first_sight="bogus")
 
 
+def test_serve_routers_default_routes_around_a_slow_worker():
+    """serve-router's default LBGR, told nothing of it, sends a 3x slower worker less work
+    and keeps the TTFT tail far below cache_aware's, which splits the groups evenly. Its
+    load, queueing and residual terms each do it alone (checked by zeroing the others);
+    with all three at zero it fails."""
+    from lcr.route.cli import LIVE_DEFAULT_ROUTER
+    from lcr.sim.cli import split_policies
+    from lcr.sim.sweep import PolicySpec
+
+    base = ServiceModel(miss_s_per_token=2e-4, hit_s_per_token=1e-5, decode_s_per_token=0.01, slots=4)
+    slow = ServiceModel(6e-4, 3e-5, 0.03, 4)
+    pairs = shared_prefix(groups=64, prompts=8, prompt_tokens=512, output_tokens=32, seed=3)
+    requests = with_arrivals(pairs, poisson_arrivals(len(pairs), 8.0, seed=3))
+    [spec] = [PolicySpec.parse(item, registry=ROUTERS) for item in split_policies(LIVE_DEFAULT_ROUTER)]
+    assert spec.kwargs == {"load": "prefill", "in_flight": "mean"}
+    default = simulate(requests, make_router(spec.name, 2, service=base, **spec.kwargs),
+                       cache_tokens=8192, service=[base, slow])
+    ca = simulate(requests, make_router("cache_aware", 2), cache_tokens=8192, service=[base, slow])
+    assert ca.per_worker_requests == [256, 256]
+    assert default.per_worker_requests[1] < 0.7 * 256
+    assert default.ttft_p95 < 0.1 * ca.ttft_p95
+
+
 def test_lbgr_little_keeps_groups_together_when_prefill_is_the_bottleneck():
     """Prefill-bound cluster near saturation (the paper's regime): the paper's greedy rule
     scatters groups as load noise outweighs a hit, misses eat capacity and queues run away;
