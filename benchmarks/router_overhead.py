@@ -24,6 +24,7 @@ from multiprocessing import Process
 from pathlib import Path
 
 import aiohttp
+import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -85,11 +86,6 @@ async def closed_loop(targets: list[str], clients: int, requests: int, prompt_ch
     return ttfts
 
 
-def quantile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--clients", type=int, default=4)
@@ -102,6 +98,13 @@ def main(argv=None) -> int:
     ap.add_argument("--baseline-tree", type=Path, help="another checkout whose router runs beside this one")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/router_overhead.json")
     args = ap.parse_args(argv)
+    for flag in ("clients", "requests", "repeats", "workers"):
+        if getattr(args, flag) < 1:
+            ap.error(f"--{flag} must be at least 1")
+    if args.prompt_chars < 0 or args.first_token_ms < 0:
+        ap.error("--prompt-chars and --first-token-ms must be >= 0")
+    if args.baseline_tree and not (args.baseline_tree / "lcr" / "route" / "serve.py").is_file():
+        ap.error(f"--baseline-tree {args.baseline_tree}: not an lcr checkout with lcr/route/serve.py")
 
     ports = [free_port() for _ in range(args.workers)]
     stubs = Process(target=serve_stubs, args=(ports, args.first_token_ms / 1000, 4, 0.005), daemon=True)
@@ -121,8 +124,9 @@ def main(argv=None) -> int:
                 order.reverse()
             for name, targets in order:
                 ttfts = asyncio.run(closed_loop(targets, args.clients, args.requests, args.prompt_chars))
-                runs[name].append({"p50_ms": 1e3 * statistics.median(ttfts),
-                                   "p99_ms": 1e3 * quantile(ttfts, 0.99)})
+                # as benchmarks/routing_live.py reports them
+                runs[name].append({"p50_ms": 1e3 * float(np.percentile(ttfts, 50)),
+                                   "p99_ms": 1e3 * float(np.percentile(ttfts, 99))})
     finally:
         for proc, _ in routers.values():
             proc.terminate()

@@ -12,7 +12,7 @@ it back. A streamed reply that breaks after its first byte cannot be retried and
 an error event. The router object is only touched from the event loop, so it needs no lock.
 
 Server and client are aiohttp's: the proxy adds about 1 ms to a streamed first token at
-the median, where FastAPI with httpx added 4 (``benchmarks/router_overhead.py``).
+the median, where FastAPI with httpx added 5 to 6 (``benchmarks/router_overhead.py``).
 """
 import asyncio
 import contextlib

@@ -17,7 +17,6 @@ class StubWorker:
     chunks: int = 4
     chunk_gap_s: float = 0.005
     break_after: int | None = None
-    requests: int = 0
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
         """Listen; return the base URL."""
@@ -40,7 +39,6 @@ class StubWorker:
                 if method == "GET" and path == "/health":
                     writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
                     continue
-                self.requests += 1
                 await asyncio.sleep(self.first_token_s)
                 if not json.loads(body or b"{}").get("stream"):
                     reply = json.dumps({"text": "x" * self.chunks, "meta_info": {}}).encode()
