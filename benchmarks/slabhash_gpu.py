@@ -6,13 +6,14 @@
    128 MB, is well beyond the 50 MB L2 of an H100), load factor 0.5 / 0.75 / 1.0, value
    dim 8 / 32 / 128, 1M keys per call, queried in random order:
    - probe:  the probe kernel alone (slot of each key), keys/s;
-   - find:   cache.find (probe + the miss read-back) then the values gathered into a
-             [1M, dim] output, keys/s (HierarchicalKV's find also returns values);
+   - find:   cache.find (probe + the miss read-back) then cache.gather of the values
+             into a [1M, dim] output, keys/s (HierarchicalKV's find also returns values);
    - insert: 1M new keys into the table at that load (at 1.0 every one evicts): find +
              commit with their rows, keys/s.
    For scale, HierarchicalKV publishes find at 2.47 B-KV/s (A100, dim 8, load 0.5).
 2. lcr.sls when every row is cached vs embedding_bag on a resident table (target >= 0.9x),
-   interleaved rounds, median and spread.
+   for each batch size of --batches (bags of 50 lookups, dim 128), interleaved rounds,
+   median and spread.
 Fails (exit 1) without a GPU, and raises when torch sees one that lcr._cuda does not.
 """
 from __future__ import annotations
@@ -72,8 +73,7 @@ def table_throughput(dims=(8, 32, 128), loads=(0.5, 0.75, 1.0)):
             probe = timed(lambda: cache.engine.probe(cache._view, query, slot_of, readback))
 
             def find():
-                plan = cache.find(query)
-                return cache.rows.index_select(0, plan.slot_of)
+                return cache.gather(cache.find(query))
             found = timed(find)
             assert cache.find(query).missing_keys.numel() == 0
             new_keys = [random_keys(BATCH, generator) for _ in range(4)]
@@ -94,16 +94,25 @@ def table_throughput(dims=(8, 32, 128), loads=(0.5, 0.75, 1.0)):
     return rows
 
 
-def sls_on_hits(rows=1 << 20, dim=128, batch=2048, pooling=50, rounds=7, repeat=20):
+def resident_cache(rows=1 << 20, dim=128):
+    """A cache holding every row of a random [rows, dim] table at load 0.5, its store and
+    the table on the GPU."""
+    import torch
+    import lcr
+    table = torch.randn(rows, dim)
+    store = lcr.HostStore(table)
+    cache = lcr.SlabHashCache(rows // 64 * 2, dim, policy="lru", device="cuda")
+    for chunk in torch.arange(rows).split(1 << 18):
+        lcr.sls(cache, store, chunk.cuda(), torch.tensor([0], device="cuda"))
+    return cache, store, table.cuda()
+
+
+def sls_on_hits(resident, batch=2048, pooling=50, rounds=7, repeat=20):
     import torch
     import torch.nn.functional as F
     import lcr
-    table = torch.randn(rows, dim)
-    weight = table.cuda()
-    store = lcr.HostStore(table)
-    cache = lcr.SlabHashCache(rows // 64 * 2, dim, policy="lru", device="cuda")  # load 0.5
-    for chunk in torch.arange(rows).split(1 << 18):
-        lcr.sls(cache, store, chunk.cuda(), torch.tensor([0], device="cuda"))
+    cache, store, weight = resident
+    rows, dim = weight.shape
     indices = torch.randint(0, rows, (batch * pooling,), device="cuda")
     offsets = torch.arange(0, batch * pooling, pooling, device="cuda")
     assert cache.find(indices).missing_keys.numel() == 0
@@ -114,16 +123,20 @@ def sls_on_hits(rows=1 << 20, dim=128, batch=2048, pooling=50, rounds=7, repeat=
         ours.append(timed(lambda: lcr.sls(cache, store, indices, offsets), repeat))
         theirs.append(timed(lambda: F.embedding_bag(indices, weight, offsets, mode="sum"), repeat))
     ratios = [t / o for o, t in zip(ours, theirs)]
-    big = torch.empty(1 << 28, dtype=torch.uint8, device="cuda")
-    copy = timed(lambda: big.clone(), repeat=10)
     return dict(batch=batch, pooling=pooling, dim=dim, rows=rows, rounds=rounds, repeat=repeat,
                 sls_ms_median=1e3 * statistics.median(ours),
                 sls_ms_range=[1e3 * min(ours), 1e3 * max(ours)],
                 embedding_bag_ms_median=1e3 * statistics.median(theirs),
                 embedding_bag_ms_range=[1e3 * min(theirs), 1e3 * max(theirs)],
                 speed_vs_embedding_bag_median=statistics.median(ratios),
-                speed_vs_embedding_bag_range=[min(ratios), max(ratios)],
-                device_copy_gb_per_s=2 * big.numel() / copy / 1e9)
+                speed_vs_embedding_bag_range=[min(ratios), max(ratios)])
+
+
+def device_copy_gb_per_s():
+    """Bytes read plus written per second by a 256 MB device-to-device copy."""
+    import torch
+    big = torch.empty(1 << 28, dtype=torch.uint8, device="cuda")
+    return 2 * big.numel() / timed(lambda: big.clone(), repeat=10) / 1e9
 
 
 def profile():
@@ -142,8 +155,13 @@ def profile():
     lcr.sls(small, store, torch.arange(1 << 16, device="cuda"), torch.tensor([0], device="cuda"))
     indices = torch.randint(0, 1 << 16, (102400,), device="cuda")
     offsets = torch.arange(0, 102400, 50, device="cuda")
+    new_rows = torch.randn(BATCH, 8, device="cuda", generator=generator)
+
+    def insert():  # 1M new keys into the half-full table: all miss, few evict
+        cache.commit(cache.find(random_keys(BATCH, generator)), new_rows)
     for name, fn in (("find", lambda: cache.find(query)),
-                     ("sls", lambda: lcr.sls(small, store, indices, offsets))):
+                     ("sls", lambda: lcr.sls(small, store, indices, offsets)),
+                     ("insert", insert)):
         for _ in range(3):
             fn()
         torch.cuda.synchronize()
@@ -153,6 +171,7 @@ def profile():
             torch.cuda.synchronize()
         print(f"== {name}")
         print(prof.key_averages().table(sort_by="cpu_time_total", row_limit=25))
+        print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=12))
 
 
 def environment():
@@ -172,6 +191,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="benchmarks/results/slabhash_gpu.json")
     parser.add_argument("--skip-table", action="store_true", help="only SLS on hits")
+    parser.add_argument("--batches", default="2048",
+                        help="comma-separated SLS batch sizes (bags of 50 lookups each)")
     parser.add_argument("--profile", action="store_true", help="profile find and sls, then stop")
     args = parser.parse_args()
     from lcr.cuda import gpu_available
@@ -183,8 +204,14 @@ def main() -> int:
         return 0
     result = dict(environment=environment())
     print(json.dumps(result["environment"]), flush=True)
-    result["sls_on_hits"] = sls_on_hits()
+    try:
+        batches = [int(b) for b in args.batches.split(",")]
+    except ValueError:
+        parser.error(f"--batches: expected comma-separated integers, got {args.batches!r}")
+    resident = resident_cache()
+    result["sls_on_hits"] = [sls_on_hits(resident, batch=b) for b in batches]
     print(json.dumps(result["sls_on_hits"], indent=1), flush=True)
+    result["device_copy_gb_per_s"] = device_copy_gb_per_s()
     if not args.skip_table:
         result["table"] = table_throughput()
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)

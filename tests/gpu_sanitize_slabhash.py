@@ -3,8 +3,8 @@
     compute-sanitizer --tool racecheck python tests/gpu_sanitize_slabhash.py
 
 Every kernel of the CUDA SlabHashCache engine runs on small overfull tables: probe,
-refresh with repeated keys, insert with eviction and bypass under each policy, and
-set_predictions.
+refresh with repeated keys, insert with eviction and bypass under each policy, gather
+and set_predictions.
 """
 import numpy as np
 import torch
@@ -21,6 +21,7 @@ for policy in POLICIES:
         indices = torch.as_tensor(rng.zipf(1.2, size=800) % 3000)
         lengths = torch.full((80,), 10)
         out = lcr.sls(cache, store, indices.cuda(), lengths=lengths.cuda())
+        rows = cache.gather(cache.find(indices.cuda()))
         cache.set_predictions(indices, rng.normal(size=indices.numel()))
     torch.cuda.synchronize()
     print(policy, "hits", cache.hits, "misses", cache.misses, "bypassed", cache.bypassed)

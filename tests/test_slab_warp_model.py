@@ -18,12 +18,14 @@ F = torch.nn.functional
 
 import lcr  # noqa: E402
 from lcr import _native  # noqa: E402
+from lcr.cuda import gpu_available  # noqa: E402
 from lcr.embedding.cache import SlabHashCache  # noqa: E402
+from lcr.embedding.hashing import slabset_of, tag_of  # noqa: E402
 from lcr.embedding.reference import POLICIES, SlabsetReference  # noqa: E402
 
 from test_slabhash_cache import keys_in_slabset, next_batch_times, noisy, zipf_batches  # noqa: E402
 
-META = ("keys", "stamps", "predictions", "old", "lambda_shift", "old_count", "record")
+META = ("keys", "tags", "stamps", "predictions", "old", "lambda_shift", "old_count", "record")
 BIG = 1 << 40  # keys >= 2^31: the high bits must survive every path
 
 
@@ -94,6 +96,58 @@ def test_one_hot_slabset_under_adversarial_predictions(policy):
     cpu = three_way(policy, 5, batches, seed=9, noise=1.0)
     if policy == "laru":
         assert int(cpu.meta.lambda_shift[1]) > 0 or int(cpu.meta.record.ne(0).sum()) > 0
+
+
+def expected_tags(keys: torch.Tensor) -> list[int]:
+    return [tag_of(k) if k >= 0 else 0 for k in keys.tolist()]
+
+
+ENGINES = ["native", "warp-model",
+           pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(
+               not gpu_available(), reason="no CUDA GPU")])]
+
+
+def cache_on(engine: str, num_slabsets: int, **kwargs) -> SlabHashCache:
+    device = "cuda" if engine == "cuda" else "cpu"
+    return SlabHashCache(num_slabsets, dim=2, device=device, engine=engine, **kwargs)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("num_slabsets", [5, 80])  # evicting all along; partly free
+def test_every_slot_carries_its_keys_tag_and_free_slots_zero(engine, num_slabsets):
+    rng = np.random.default_rng(23)
+    cache = cache_on(engine, num_slabsets, policy="laru")
+    for batch in zipf_batches(rng, count=12, keys=3000, size_range=(50, 400), alpha=0.8):
+        cache.access(batch + BIG)
+    keys = cache.meta.keys
+    assert int((keys >= 0).sum()) > 0 and (num_slabsets == 5) == bool((keys >= 0).all())
+    assert cache.meta.tags.tolist() == expected_tags(keys)
+
+
+def same_tag_keys(slabset: int, num_slabsets: int, count: int) -> list[int]:
+    """``count`` keys of one slabset that share one tag (so every probe meets collisions)."""
+    by_tag: dict[int, list[int]] = {}
+    key = BIG
+    while True:
+        if slabset_of(key, num_slabsets) == slabset:
+            group = by_tag.setdefault(tag_of(key), [])
+            group.append(key)
+            if len(group) == count:
+                return group
+        key += 1
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_probe_checks_the_key_behind_every_matching_tag(engine):
+    # 66 keys with one tag in one slabset: a probe that took the first tag match for the
+    # key would serve most of them from the wrong slot.
+    keys = same_tag_keys(1, 3, 66)
+    cache = cache_on(engine, 3)
+    cache.access(keys[:64])  # fills slabset 1: every slot has the same tag
+    plan = cache.find(keys)
+    slots = plan.slot_of.tolist()
+    assert [cache.meta.keys[s].item() for s in slots[:64]] == keys[:64]
+    assert slots[64:] == [-1, -1] and plan.missing_keys.tolist() == keys[64:]
 
 
 CRITEO = Path(__file__).resolve().parents[1] / "../shared/data/embedding/criteo_kaggle_first999.tsv"

@@ -202,7 +202,7 @@ def gpu_vs_cpu(policy, batches, num_slabsets=64, device="cuda", seed=11):
         predictions = noisy(times, 0.3, rng)  # per lookup: repeated keys, last one wins
         cpu.set_predictions(batch, predictions)
         gpu_cache.set_predictions(batch, predictions)
-        for name in ("keys", "stamps", "predictions", "old", "lambda_shift", "old_count", "record"):
+        for name in ("keys", "tags", "stamps", "predictions", "old", "lambda_shift", "old_count", "record"):
             assert torch.equal(getattr(cpu.meta, name), getattr(gpu_cache.meta, name).cpu()), name
     assert (cpu.hits, cpu.misses, cpu.bypassed) == (gpu_cache.hits, gpu_cache.misses,
                                                      gpu_cache.bypassed)
@@ -246,3 +246,42 @@ def test_cuda_engine_on_a_side_stream():
 def test_cuda_engine_matches_the_reference_on_an_overfull_slabset():
     replay("laru", num_slabsets=2, batches=[np.array(keys_in_slabset(0, 2, 100))] * 3,
            device="cuda")
+
+
+def gather_case(device: str, dim: int, dtype: str):
+    """A cache holding every other row of a 300-row table (the same table for a given dim
+    and dtype), and 500 lookups about half of which miss."""
+    import lcr
+    table = torch.randn(300, dim, generator=torch.Generator().manual_seed(dim)).to(
+        getattr(torch, dtype))
+    cache = SlabHashCache(8, dim, dtype=dtype, device=device)
+    lcr.sls(cache, lcr.HostStore(table, pin=False), torch.arange(0, 300, 2).to(device),
+            torch.tensor([0], device=device))
+    lookups = torch.as_tensor(np.random.default_rng(dim).integers(0, 300, 500))
+    return table, cache, lookups
+
+
+@pytest.mark.parametrize("dim,dtype", [(8, "float32"), (3, "float16")])
+def test_gather_reads_the_cached_rows_and_zeros_for_misses(dim, dtype):
+    table, cache, lookups = gather_case("cpu", dim, dtype)
+    plan = cache.find(lookups)
+    got = cache.gather(plan)
+    cached = plan.slot_of >= 0
+    assert 0 < int(cached.sum()) < lookups.numel()
+    assert torch.equal(got[cached], table[lookups[cached]])
+    assert not got[~cached].any()
+    cache.commit(plan, table[plan.missing_keys])
+    assert torch.equal(cache.gather(plan), table[lookups])  # after commit: every lookup served
+
+
+@gpu
+@needs_gpu
+@pytest.mark.parametrize("dim,dtype", [(8, "float32"), (2, "float32"), (1, "float32"),
+                                       (1, "float16"), (3, "float16")])  # 16/8/4/2/2-byte pieces
+def test_cuda_gather_equals_the_cpu_gather(dim, dtype):
+    table, cpu, lookups = gather_case("cpu", dim, dtype)
+    _, gpu_cache, _ = gather_case("cuda", dim, dtype)
+    a, b = cpu.find(lookups), gpu_cache.find(lookups.cuda())
+    assert torch.equal(a.slot_of, b.slot_of.cpu())
+    got = gpu_cache.gather(b).cpu()
+    assert torch.equal(cpu.gather(a), got) and got.any()

@@ -19,7 +19,8 @@ inline void def_slab_engine(pybind11::module_& m, SlabProbeFn probe, SlabRefresh
     namespace py = pybind11;
     m.def("slab_probe", probe, py::arg("table"), py::arg("keys"), py::arg("n"), py::arg("slot_of"),
           py::arg("readback"), py::arg("stream"), py::arg("device"),
-          "Slot of each lookup (-1: miss, listed in the read-back buffer). Reads only.");
+          "Slot of each lookup (-1: miss, listed in the read-back buffer, whose count it "
+          "resets first). Reads the table only.");
     m.def("slab_refresh", refresh, py::arg("table"), py::arg("slot_of"), py::arg("n"), py::arg("clock"),
           py::arg("hit_count"), py::arg("stream"), py::arg("device"),
           "Stamp each hit key at its first lookup; count the distinct hits.");

@@ -33,4 +33,12 @@ LCR_HOST_DEVICE uint32_t record_bit_of(int64_t key) {
     return static_cast<uint32_t>(mix64(static_cast<uint64_t>(key)) >> 51);
 }
 
+// A key's tag: 8 more bits of its hash, stored beside its slot so that a probe compares
+// one byte per slot (64 B per slabset) and reads a key only where the tag matches.
+// Never 0, which marks a free slot.
+LCR_HOST_DEVICE uint8_t tag_of(int64_t key) {
+    const uint32_t tag = static_cast<uint32_t>(mix64(static_cast<uint64_t>(key)) >> 40) & 0xffu;
+    return static_cast<uint8_t>(tag ? tag : 1u);
+}
+
 }  // namespace lcr

@@ -3,14 +3,17 @@
 // build compiles the very same functions against the host warp model (HostWarp,
 // csrc/cpu/warp_model.h) so that CI replays the GPU's decisions lane by lane.
 //
-// A warp owns one slabset at a time: lane l holds slot l of slab 0 and slot l of slab 1,
-// so a probe is two coalesced loads and two ballots, and a victim is a warp reduction.
+// A lookup is one thread's (find_slot: tags first, then the matching keys). An insertion
+// is a warp's, which owns one slabset at a time: lane l holds slot l of slab 0 and slot l
+// of slab 1, so a free slot is two coalesced loads and two ballots, and a victim is a
+// warp reduction.
 // Semantics (the spec is lcr.embedding.reference): docs/embedding.md. A batch of N
 // lookups at clock c: a hit's stamp is c + (position of the key's first lookup), an
 // inserted miss's is c + N + (its first position); the clock then moves to c + 2N.
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "common/slab_table.h"
 #include "common/warp.h"
@@ -23,39 +26,65 @@ constexpr int64_t kMissCount = 0;    // number of lookups that missed
 constexpr int64_t kBadKey = 1;       // set when a key is negative
 constexpr int64_t kMissEntries = 2;  // then (position, key) per missed lookup, unordered
 
-// The slot holding `key` in its slabset, or -1 (the same answer on every lane).
-template <class W>
-LCR_WARP_FN int64_t warp_probe(W& w, const SlabTable& t, int64_t key) {
+// Eight tags as one little-endian word (tags of a slabset start 64-byte aligned).
+LCR_WARP_FN uint64_t tag_word(const uint8_t* tags) {
+#if defined(__CUDA_ARCH__)
+    return *reinterpret_cast<const uint64_t*>(tags);
+#else
+    uint64_t word;
+    std::memcpy(&word, tags, sizeof word);  // no aliasing of the uint8 array
+    return word;
+#endif
+}
+
+// The slot holding `key`, or -1: one thread's probe. It compares the slabset's 64 tags
+// (one 64-byte line, read as eight words at once) and reads only the keys whose tag
+// matches, about 1.25 keys per probe. A thread per lookup keeps 32 times more lookups in
+// flight than a warp per lookup, and a probe is a chain of dependent loads, so it is
+// the number in flight that sets the pace (measured in docs/embedding.md).
+LCR_WARP_FN int64_t find_slot(const SlabTable& t, int64_t key) {
+    constexpr uint64_t kOnes = 0x0101010101010101ULL, kHighs = 0x8080808080808080ULL;
+    constexpr int kWords = kSlabsetSlots / 8;
     const int64_t base = int64_t(slabset_of(key, t.num_slabsets)) * kSlabsetSlots;
-    const int lane = w.lane();
-    const unsigned in_slab0 = w.ballot(t.keys[base + lane] == key);
-    const unsigned in_slab1 = w.ballot(t.keys[base + kSlabSlots + lane] == key);
-    if (in_slab0) return base + lowest_lane(in_slab0);
-    if (in_slab1) return base + kSlabSlots + lowest_lane(in_slab1);
+    const uint64_t wanted = uint64_t(tag_of(key)) * kOnes;
+    uint64_t differ[kWords];
+    for (int i = 0; i < kWords; ++i) differ[i] = tag_word(t.tags + base + 8 * i) ^ wanted;  // loads first
+    for (int i = 0; i < kWords; ++i) {
+        // The high bit of every zero byte (a matching tag), and perhaps of a few others:
+        // the key comparison weeds those out.
+        for (uint64_t m = (differ[i] - kOnes) & ~differ[i] & kHighs; m; m &= m - 1) {
+            const int64_t slot = base + 8 * i + lowest_bit64(m) / 8;
+            if (t.keys[slot] == key) return slot;
+        }
+    }
     return -1;
 }
 
-// probe: one warp per lookup p. Reads the table only. slot_of[p] = the slot serving
-// lookup p, or -1 with (p, key) appended to the read-back list of misses.
+// probe: one thread per lookup p (the last warp's spare lanes, p >= n, join only the
+// collectives). Reads the table only. slot_of[p] = the slot serving lookup p, or -1 with
+// (p, key) appended to the read-back list of misses; a warp reserves room for all its
+// misses with one atomic, so a batch of misses does not queue on one counter.
 template <class W>
-LCR_WARP_FN void probe_lookup(W& w, const SlabTable& t, const int64_t* keys, int64_t p, int64_t* slot_of,
-                              int64_t* readback) {
-    const int64_t key = keys[p];
-    if (key < 0) {  // warp-uniform: the host raises before anything changes
-        if (w.lane() == 0) {
-            slot_of[p] = -1;
-            readback[kBadKey] = 1;
-        }
-        return;
-    }
-    const int64_t slot = warp_probe(w, t, key);
-    if (w.lane() == 0) {
+LCR_WARP_FN void probe_lookup(W& w, const SlabTable& t, const int64_t* keys, int64_t n, int64_t p,
+                              int64_t* slot_of, int64_t* readback) {
+    bool missed = false;
+    if (p < n) {
+        const int64_t key = keys[p];
+        const int64_t slot = key < 0 ? -1 : find_slot(t, key);
         slot_of[p] = slot;
-        if (slot < 0) {
-            const int64_t entry = w.atomic_add(&readback[kMissCount], int64_t(1));
-            readback[kMissEntries + 2 * entry] = p;
-            readback[kMissEntries + 2 * entry + 1] = key;
-        }
+        if (key < 0) readback[kBadKey] = 1;  // the host raises before anything changes
+        missed = key >= 0 && slot < 0;
+    }
+    const unsigned misses = w.ballot(missed);
+    if (misses == 0) return;  // warp-uniform
+    const int leader = lowest_lane(misses);
+    int64_t first = 0;
+    if (w.lane() == leader) first = w.atomic_add(&readback[kMissCount], int64_t(lane_count(misses)));
+    first = w.shfl(first, leader);
+    if (missed) {
+        const int64_t entry = first + lane_count(misses & ((1u << w.lane()) - 1u));
+        readback[kMissEntries + 2 * entry] = p;
+        readback[kMissEntries + 2 * entry + 1] = keys[p];
     }
 }
 
@@ -86,13 +115,12 @@ LCR_WARP_FN void refresh_lookup(W& w, const SlabTable& t, const int64_t* slot_of
     }
 }
 
-// set_prediction: one warp per key; keys must be distinct (the caller keeps the last
-// value of a repeated key), since warps run in no particular order.
-template <class W>
-LCR_WARP_FN void set_prediction(W& w, const SlabTable& t, const int64_t* keys, const double* values, int64_t i) {
-    const int64_t slot = warp_probe(w, t, keys[i]);
+// set_prediction: one thread per key; keys must be distinct (the caller keeps the last
+// value of a repeated key), since threads run in no particular order.
+LCR_WARP_FN void set_prediction(const SlabTable& t, const int64_t* keys, const double* values, int64_t i) {
+    const int64_t slot = find_slot(t, keys[i]);
     const double value = values[i];
-    if (slot >= 0 && w.lane() == 0) t.predictions[slot] = value != value ? INFINITY : value;  // NaN: unknown
+    if (slot >= 0) t.predictions[slot] = value != value ? INFINITY : value;  // NaN: unknown
 }
 
 // One candidate slot during a victim search, compared lexicographically: a larger
@@ -248,6 +276,7 @@ LCR_WARP_FN void insert_group(W& w, const SlabTable& t, const int64_t* keys, con
                     t.old_count[index] -= 1;
                 }
                 t.keys[slot] = key;
+                t.tags[slot] = tag_of(key);
                 t.stamps[slot] = stamp_base + first[i];
                 t.predictions[slot] = INFINITY;
             }

@@ -19,6 +19,7 @@ enum SlabPolicy : int32_t { kLru = 0, kFpb = 1, kHf = 2, kLaru = 3 };
 // Non-owning view of one cache's metadata. Slot s of slabset j is index j * 64 + s.
 struct SlabTable {
     int64_t* keys;           // [slots] row id, kEmptyKey when free
+    uint8_t* tags;           // [slots] tag_of(key), 0 when free: what a probe compares first
     int64_t* stamps;         // [slots] recency stamp; >= the batch's clock means "pinned"
     double* predictions;     // [slots] predicted next-access time, +inf when unknown
     uint8_t* old;            // [slots] LARU phase bit: cached at the phase start, not requested since

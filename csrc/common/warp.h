@@ -27,6 +27,15 @@ LCR_WARP_FN int lowest_lane(unsigned mask) {
 #endif
 }
 
+// Index of the lowest set bit of a non-zero 64-bit word.
+LCR_WARP_FN int lowest_bit64(uint64_t word) {
+#if defined(__CUDA_ARCH__)
+    return __ffsll(static_cast<long long>(word)) - 1;
+#else
+    return __builtin_ctzll(word);
+#endif
+}
+
 LCR_WARP_FN int lane_count(unsigned mask) {
 #if defined(__CUDA_ARCH__)
     return __popc(mask);

@@ -20,13 +20,7 @@ namespace {
 
 constexpr double kUnknown = std::numeric_limits<double>::infinity();
 
-int64_t find_slot(const SlabTable& t, int64_t key) {
-    const int64_t base = int64_t(slabset_of(key, t.num_slabsets)) * kSlabsetSlots;
-    for (int s = 0; s < kSlabsetSlots; ++s) {
-        if (t.keys[base + s] == key) return base + s;
-    }
-    return -1;
-}
+using slab_kernels::find_slot;  // the lookup rule of every engine
 
 // One slabset's view during an insertion: its evictable slots, oldest first.
 struct Slabset {
@@ -113,6 +107,7 @@ void slab_probe(const py::tuple& view, uintptr_t keys_ptr, int64_t n, uintptr_t 
     int64_t* slot_of = data_at<int64_t>(slot_of_ptr);
     int64_t* readback = data_at<int64_t>(readback_ptr);
     py::gil_scoped_release release;
+    readback[k::kMissCount] = readback[k::kBadKey] = 0;
     for (int64_t p = 0; p < n; ++p) {
         if (keys[p] < 0) {
             slot_of[p] = -1;
@@ -174,6 +169,7 @@ void slab_insert_groups(const py::tuple& view, uintptr_t keys_ptr, uintptr_t fir
             }
         }
         t.keys[slot] = keys[i];
+        t.tags[slot] = tag_of(keys[i]);
         t.stamps[slot] = stamp_base + first[i];
         t.predictions[slot] = kUnknown;
         slots[i] = slot;

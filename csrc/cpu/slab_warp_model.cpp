@@ -36,8 +36,11 @@ void slab_probe(const py::tuple& view, uintptr_t keys_ptr, int64_t n, uintptr_t 
     const int64_t* keys = data_at<int64_t>(keys_ptr);
     int64_t* slot_of = data_at<int64_t>(slot_of_ptr);
     int64_t* readback = data_at<int64_t>(readback_ptr);
+    readback[k::kMissCount] = readback[k::kBadKey] = 0;
     WarpModel model = next_model();
-    model.launch(n, [&](HostWarp& w, int64_t p) { k::probe_lookup(w, t, keys, p, slot_of, readback); });
+    model.launch((n + kWarpLanes - 1) / kWarpLanes, [&](HostWarp& w, int64_t warp) {
+        k::probe_lookup(w, t, keys, n, warp * kWarpLanes + w.lane(), slot_of, readback);
+    });
 }
 
 void slab_refresh(const py::tuple& view, uintptr_t slot_of_ptr, int64_t n, int64_t clock, uintptr_t hit_count_ptr,
@@ -64,8 +67,8 @@ void slab_insert_groups(const py::tuple& view, uintptr_t keys, uintptr_t first, 
 void slab_set_predictions(const py::tuple& view, uintptr_t keys, uintptr_t values, int64_t n, uintptr_t, int) {
     const SlabTable t = slab_table_from(view);
     WarpModel model = next_model();
-    model.launch(n, [&](HostWarp& w, int64_t i) {
-        k::set_prediction(w, t, data_at<int64_t>(keys), data_at<double>(values), i);
+    launch_threads(model, n, [&](HostWarp&, int64_t i) {
+        k::set_prediction(t, data_at<int64_t>(keys), data_at<double>(values), i);
     });
 }
 

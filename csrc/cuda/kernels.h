@@ -21,6 +21,8 @@ cudaError_t launch_slab_insert_groups(const SlabTable& t, const int64_t* keys, c
                                       int64_t stamp_base, int64_t* slots, int64_t* evicted, cudaStream_t stream);
 cudaError_t launch_slab_set_predictions(const SlabTable& t, const int64_t* keys, const double* values, int64_t n,
                                         cudaStream_t stream);
+cudaError_t launch_slab_gather(const void* rows, int64_t row_bytes, const int64_t* slot_of, int64_t n, void* out,
+                               cudaStream_t stream);
 cudaError_t launch_slabsets_of_device(const int64_t* keys, int64_t n, uint32_t num_slabsets, int32_t* out,
                                       cudaStream_t stream);
 }  // namespace lcr

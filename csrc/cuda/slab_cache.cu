@@ -18,10 +18,10 @@ constexpr int kThreads = 256;
 constexpr int kWarpsPerBlock = kThreads / kWarpLanes;
 
 __global__ void probe_kernel(SlabTable t, const int64_t* keys, int64_t n, int64_t* slot_of, int64_t* readback) {
-    const int64_t p = global_warp();
-    if (p >= n) return;  // warp-uniform
+    const int64_t p = global_thread();
+    if (global_warp() * kWarpLanes >= n) return;  // warp-uniform: spare lanes of the last warp stay
     CudaWarp w;
-    k::probe_lookup(w, t, keys, p, slot_of, readback);
+    k::probe_lookup(w, t, keys, n, p, slot_of, readback);
 }
 
 __global__ void refresh_kernel(SlabTable t, const int64_t* slot_of, int64_t n, int64_t clock, int64_t* hit_count) {
@@ -41,14 +41,29 @@ __global__ void insert_groups_kernel(SlabTable t, const int64_t* keys, const int
 }
 
 __global__ void set_predictions_kernel(SlabTable t, const int64_t* keys, const double* values, int64_t n) {
-    const int64_t i = global_warp();
-    if (i >= n) return;
-    CudaWarp w;
-    k::set_prediction(w, t, keys, values, i);
+    const int64_t i = global_thread();
+    if (i < n) k::set_prediction(t, keys, values, i);
+}
+
+// gather: out row p = rows[slot_of[p]], zeros where slot_of[p] < 0; one thread per
+// Chunk of a row (16 bytes where the row size allows), so narrow rows still move in
+// wide loads.
+template <typename Chunk>
+__global__ void gather_kernel(const Chunk* rows, int64_t chunks_per_row, const int64_t* slot_of, int64_t n,
+                              Chunk* out) {
+    const int64_t i = global_thread();
+    if (i >= n * chunks_per_row) return;
+    const int64_t p = i / chunks_per_row;
+    const int64_t slot = slot_of[p];
+    out[i] = slot >= 0 ? rows[slot * chunks_per_row + (i - p * chunks_per_row)] : Chunk{};
 }
 
 unsigned blocks_for_warps(int64_t warps) {
     return static_cast<unsigned>((warps + kWarpsPerBlock - 1) / kWarpsPerBlock);
+}
+
+unsigned blocks_for_threads(int64_t threads) {
+    return static_cast<unsigned>((threads + kThreads - 1) / kThreads);
 }
 
 }  // namespace
@@ -56,15 +71,14 @@ unsigned blocks_for_warps(int64_t warps) {
 cudaError_t launch_slab_probe(const SlabTable& t, const int64_t* keys, int64_t n, int64_t* slot_of,
                               int64_t* readback, cudaStream_t stream) {
     if (n == 0) return cudaSuccess;
-    probe_kernel<<<blocks_for_warps(n), kThreads, 0, stream>>>(t, keys, n, slot_of, readback);
+    probe_kernel<<<blocks_for_threads(n), kThreads, 0, stream>>>(t, keys, n, slot_of, readback);
     return cudaGetLastError();
 }
 
 cudaError_t launch_slab_refresh(const SlabTable& t, const int64_t* slot_of, int64_t n, int64_t clock,
                                 int64_t* hit_count, cudaStream_t stream) {
     if (n == 0) return cudaSuccess;
-    const auto blocks = static_cast<unsigned>((n + kThreads - 1) / kThreads);
-    refresh_kernel<<<blocks, kThreads, 0, stream>>>(t, slot_of, n, clock, hit_count);
+    refresh_kernel<<<blocks_for_threads(n), kThreads, 0, stream>>>(t, slot_of, n, clock, hit_count);
     return cudaGetLastError();
 }
 
@@ -77,10 +91,33 @@ cudaError_t launch_slab_insert_groups(const SlabTable& t, const int64_t* keys, c
     return cudaGetLastError();
 }
 
+template <typename Chunk>
+cudaError_t launch_gather(const void* rows, int64_t row_bytes, const int64_t* slot_of, int64_t n, void* out,
+                          cudaStream_t stream) {
+    const int64_t per_row = row_bytes / int64_t(sizeof(Chunk));
+    gather_kernel<Chunk><<<blocks_for_threads(n * per_row), kThreads, 0, stream>>>(
+        static_cast<const Chunk*>(rows), per_row, slot_of, n, static_cast<Chunk*>(out));
+    return cudaGetLastError();
+}
+
+cudaError_t launch_slab_gather(const void* rows, int64_t row_bytes, const int64_t* slot_of, int64_t n, void* out,
+                               cudaStream_t stream) {
+    if (n == 0) return cudaSuccess;
+    const auto aligned = [&](uintptr_t size) {
+        return row_bytes % size == 0 && reinterpret_cast<uintptr_t>(rows) % size == 0 &&
+               reinterpret_cast<uintptr_t>(out) % size == 0;
+    };
+    if (aligned(16)) return launch_gather<uint4>(rows, row_bytes, slot_of, n, out, stream);
+    if (aligned(8)) return launch_gather<uint2>(rows, row_bytes, slot_of, n, out, stream);
+    if (aligned(4)) return launch_gather<uint32_t>(rows, row_bytes, slot_of, n, out, stream);
+    if (aligned(2)) return launch_gather<uint16_t>(rows, row_bytes, slot_of, n, out, stream);
+    return launch_gather<uint8_t>(rows, row_bytes, slot_of, n, out, stream);
+}
+
 cudaError_t launch_slab_set_predictions(const SlabTable& t, const int64_t* keys, const double* values, int64_t n,
                                         cudaStream_t stream) {
     if (n == 0) return cudaSuccess;
-    set_predictions_kernel<<<blocks_for_warps(n), kThreads, 0, stream>>>(t, keys, values, n);
+    set_predictions_kernel<<<blocks_for_threads(n), kThreads, 0, stream>>>(t, keys, values, n);
     return cudaGetLastError();
 }
 

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "common/slab_engine_py.h"
+#include "common/slab_kernels.h"
 #include "common/slab_table_py.h"
 #include "cuda/kernels.h"
 #include "cuda/registry.h"
@@ -31,8 +32,10 @@ cudaStream_t on_device(int device, uintptr_t stream) {
 void slab_probe(const py::tuple& view, uintptr_t keys, int64_t n, uintptr_t slot_of, uintptr_t readback,
                 uintptr_t stream, int device) {
     const SlabTable t = slab_table_from(view);
-    check(launch_slab_probe(t, data_at<int64_t>(keys), n, data_at<int64_t>(slot_of), data_at<int64_t>(readback),
-                            on_device(device, stream)),
+    const cudaStream_t s = on_device(device, stream);
+    check(cudaMemsetAsync(data_at<int64_t>(readback), 0, slab_kernels::kMissEntries * sizeof(int64_t), s),
+          "slab_probe read-back reset");
+    check(launch_slab_probe(t, data_at<int64_t>(keys), n, data_at<int64_t>(slot_of), data_at<int64_t>(readback), s),
           "slab_probe kernel");
 }
 
@@ -62,6 +65,14 @@ void slab_set_predictions(const py::tuple& view, uintptr_t keys, uintptr_t value
           "slab_set_predictions kernel");
 }
 
+void slab_gather(uintptr_t rows, int64_t row_bytes, uintptr_t slot_of, int64_t n, uintptr_t out, uintptr_t stream,
+                 int device) {
+    if (row_bytes < 1) throw std::invalid_argument("row_bytes must be at least 1");
+    check(launch_slab_gather(data_at<const void>(rows), row_bytes, data_at<int64_t>(slot_of), n, data_at<void>(out),
+                             on_device(device, stream)),
+          "slab_gather kernel");
+}
+
 void slabsets_of_device(uintptr_t keys, int64_t n, uint32_t num_slabsets, uintptr_t out, uintptr_t stream,
                         int device) {
     if (num_slabsets == 0) throw std::invalid_argument("num_slabsets must be at least 1");
@@ -74,6 +85,9 @@ void slabsets_of_device(uintptr_t keys, int64_t n, uint32_t num_slabsets, uintpt
 
 void register_slab_cache(py::module_& m) {
     def_slab_engine(m, &slab_probe, &slab_refresh, &slab_insert_groups, &slab_set_predictions);
+    m.def("slab_gather", &slab_gather, py::arg("rows"), py::arg("row_bytes"), py::arg("slot_of"), py::arg("n"),
+          py::arg("out"), py::arg("stream"), py::arg("device"),
+          "out row p = rows[slot_of[p]] (row_bytes each), zeros where slot_of[p] < 0; device pointers.");
     m.def("slabsets_of_device", &slabsets_of_device, py::arg("keys"), py::arg("n"), py::arg("num_slabsets"),
           py::arg("out"), py::arg("stream"), py::arg("device"), "int32 slabset of each key, device pointers.");
 }

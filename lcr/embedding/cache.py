@@ -40,6 +40,7 @@ class SlabMetadata:
     def __init__(self, num_slabsets: int, device: torch.device):
         slots = num_slabsets * SLABSET_SLOTS
         self.keys = torch.full((slots,), -1, dtype=torch.int64, device=device)
+        self.tags = torch.zeros(slots, dtype=torch.uint8, device=device)
         self.stamps = torch.zeros(slots, dtype=torch.int64, device=device)
         self.predictions = torch.full((slots,), float("inf"), dtype=torch.float64, device=device)
         self.old = torch.zeros(slots, dtype=torch.uint8, device=device)
@@ -49,7 +50,8 @@ class SlabMetadata:
 
     def engine_view(self, num_slabsets: int, policy_id: int, hf_window: int) -> tuple:
         """The tuple ``slab_table_from`` (csrc/common/slab_table_py.h) reads."""
-        return (self.keys.data_ptr(), self.stamps.data_ptr(), self.predictions.data_ptr(),
+        return (self.keys.data_ptr(), self.tags.data_ptr(), self.stamps.data_ptr(),
+                self.predictions.data_ptr(),
                 self.old.data_ptr(), self.lambda_shift.data_ptr(), self.old_count.data_ptr(),
                 self.record.data_ptr(), num_slabsets, policy_id, hf_window)
 
@@ -66,6 +68,7 @@ class BatchPlan:
     miss_lookups: np.ndarray     # int64: positions of every lookup that missed
     miss_inverse: np.ndarray     # int64: for each of those, its index in missing_keys
     overlapped: object = None    # what find's ``overlap`` returned
+    missing_on_device: torch.Tensor | None = None  # missing_keys where they were found
 
 
 @dataclass
@@ -120,6 +123,30 @@ class _Engine:
     def set_predictions(self, view, keys, values):
         self.module.slab_set_predictions(view, keys.data_ptr(), values.data_ptr(), keys.numel(),
                                          self.stream(), self.index)
+
+    def gather(self, rows: torch.Tensor, slot_of: torch.Tensor) -> torch.Tensor:
+        """[N, dim]: the row at each slot, zeros where the slot is -1."""
+        if not self.on_gpu:
+            out = rows.index_select(0, slot_of.clamp(min=0))
+            out[slot_of < 0] = 0
+            return out
+        # torch's index_select moves rows of a few bytes one element per thread: several
+        # times slower than this kernel's 16-byte pieces (benchmarks/slabhash_gpu.py).
+        out = torch.empty(slot_of.numel(), rows.shape[1], dtype=rows.dtype, device=rows.device)
+        self.module.slab_gather(rows.data_ptr(), rows.shape[1] * rows.element_size(),
+                                slot_of.data_ptr(), slot_of.numel(), out.data_ptr(), self.stream(),
+                                self.index)
+        return out
+
+    def slabsets_of(self, keys: torch.Tensor, num_slabsets: int) -> torch.Tensor:
+        """int64 slabset of each key, on the keys' device."""
+        if not self.on_gpu:
+            from lcr import _native
+            return torch.from_numpy(_native.slabsets_of(keys.numpy(), num_slabsets).astype(np.int64))
+        out = torch.empty(keys.numel(), dtype=torch.int32, device=keys.device)
+        self.module.slabsets_of_device(keys.data_ptr(), keys.numel(), num_slabsets, out.data_ptr(),
+                                       self.stream(), self.index)
+        return out.long()
 
 
 def _first_occurrences(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -199,6 +226,7 @@ class SlabHashCache:
         self._bypassed = torch.zeros(1, dtype=torch.int64, device=self.device)
         self.misses = 0
         self._readback = torch.zeros(2, dtype=torch.int64, device=self.device)
+        self._no_slots = torch.empty(0, dtype=torch.int64, device=self.device)
         self._host_readback = torch.zeros(2 + 2 * READBACK_MISSES, dtype=torch.int64,
                                           pin_memory=self.engine.on_gpu)
         self._host_view = self._host_readback.numpy()
@@ -233,7 +261,6 @@ class SlabHashCache:
             slot_of = torch.empty_like(keys)
             if self._readback.numel() < 2 + 2 * n:
                 self._readback = torch.empty(2 + 2 * n, dtype=torch.int64, device=self.device)
-            self._readback[:2].zero_()
             self.engine.probe(self._view, keys, slot_of, self._readback)
             overlapped = overlap(slot_of) if overlap is not None else None
             count = self._read_miss_count(n)
@@ -242,13 +269,19 @@ class SlabHashCache:
                 return BatchPlan(keys, slot_of, torch.from_numpy(none), none, none, none,
                                  overlapped)
             if count > READBACK_MISSES:  # many misses: sort them out on the device
-                return BatchPlan(keys, slot_of, *self._many_misses(count, n), overlapped)
+                return self._many_misses(keys, slot_of, count, overlapped)
             misses = self._host_view[2:2 + 2 * count].reshape(count, 2)
             order = np.argsort(misses[:, 0])
             positions, miss_keys = misses[order, 0], misses[order, 1]
             missing, first, inverse = _first_occurrences(miss_keys)
             return BatchPlan(keys, slot_of, torch.from_numpy(missing), positions[first],
                              positions, inverse, overlapped)
+
+    def gather(self, plan: BatchPlan) -> torch.Tensor:
+        """[N, dim]: the cached row of every lookup of ``plan``, zeros for its misses
+        (after ``find``) or every row that serves it (after ``commit``)."""
+        with self.lock:
+            return self.engine.gather(self.rows, plan.slot_of)
 
     def _read_miss_count(self, n: int) -> int:
         """Copy the probe's miss count and its first READBACK_MISSES entries to the host:
@@ -263,19 +296,31 @@ class SlabHashCache:
             raise ValueError("keys must be non-negative row ids")
         return int(self._host_view[0])
 
-    def _many_misses(self, count: int, n: int):
-        """BatchPlan's miss fields computed with torch on the cache's device (first
+    def _many_misses(self, keys, slot_of, count: int, overlapped) -> BatchPlan:
+        """The plan with its miss fields computed with torch on the cache's device (first
         occurrences by scatter-min of positions); only the missing keys come back."""
         entries = self._readback[2:2 + 2 * count].view(count, 2)
-        positions, keys = entries[:, 0], entries[:, 1]
-        distinct, inverse = torch.unique(keys, return_inverse=True)
-        first = torch.full_like(distinct, n).scatter_reduce_(0, inverse, positions, reduce="amin")
+        positions, missed = entries[:, 0], entries[:, 1]
+        distinct, inverse = torch.unique(missed, return_inverse=True)
+        first = torch.full_like(distinct, keys.numel()).scatter_reduce_(0, inverse, positions,
+                                                                        reduce="amin")
         first, order = torch.sort(first)
         rank = torch.empty_like(order)
         rank[order] = torch.arange(order.numel(), device=self.device)
-        missing = distinct[order].cpu()
+        missing = distinct[order]
         self.readbacks += 1
-        return missing, first, positions.contiguous(), rank[inverse]
+        return BatchPlan(keys, slot_of, self._to_host(missing), first, positions.contiguous(),
+                         rank[inverse], overlapped, missing_on_device=missing)
+
+    def _to_host(self, tensor: torch.Tensor) -> torch.Tensor:
+        """A copy on the host, through pinned memory (a pageable copy is several times slower)."""
+        if not self.engine.on_gpu:
+            return tensor
+        host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
+        host.copy_(tensor, non_blocking=True)
+        self._copied.record(torch.cuda.current_stream(self.device))
+        self._copied.synchronize()
+        return host
 
     def commit(self, plan: BatchPlan, miss_rows: torch.Tensor | None = None) -> CommitResult:
         """Refresh hits, insert misses and, given their rows ([M, dim], any device,
@@ -286,42 +331,48 @@ class SlabHashCache:
         with self.lock:
             n, count, clock = plan.indices.numel(), plan.missing_keys.numel(), self.clock
             self.engine.refresh(self._view, plan.slot_of, clock, self._hits)
-            slots = torch.empty(count, dtype=torch.int64, device=self.device)
-            evicted = torch.empty_like(slots)
-            if count:
-                arrays, groups = self._insert_plan(plan)
-                self.engine.insert_groups(self._view, arrays, groups, clock, clock + n,
-                                          slots, evicted)
-                self._bypassed += (slots < 0).sum()
-                # Bypassed keys are served from scratch rows past the slots.
-                scratch = self.capacity + torch.arange(count, device=self.device)
-                serving = torch.where(slots >= 0, slots, scratch)
-                if miss_rows is not None:
-                    self._reserve_scratch(count)
-                    self.rows.index_copy_(0, serving, miss_rows.to(self.device, self.dtype,
-                                                                   non_blocking=True))
-                lookups = self._to_device(plan.miss_lookups)
-                plan.slot_of[lookups] = serving[self._to_device(plan.miss_inverse)]
+            # All hits is the common case: nothing more to queue.
+            result = (self._insert_misses(plan, miss_rows, clock) if count else
+                      CommitResult(self._no_slots, self._no_slots))
             self.clock = clock + 2 * n
             self.misses += count
-            return CommitResult(slots, evicted)
+            return result
+
+    def _insert_misses(self, plan: BatchPlan, miss_rows, clock: int) -> CommitResult:
+        """Insert the batch's missing keys, write their rows, point their lookups at them."""
+        n, count = plan.indices.numel(), plan.missing_keys.numel()
+        slots = torch.empty(count, dtype=torch.int64, device=self.device)
+        evicted = torch.empty_like(slots)
+        arrays, groups = self._insert_plan(plan)
+        self.engine.insert_groups(self._view, arrays, groups, clock, clock + n, slots, evicted)
+        self._bypassed += (slots < 0).sum()
+        # Bypassed keys are served from scratch rows past the slots.
+        scratch = self.capacity + torch.arange(count, device=self.device)
+        serving = torch.where(slots >= 0, slots, scratch)
+        if miss_rows is not None:
+            self._reserve_scratch(count)
+            self.rows.index_copy_(0, serving, miss_rows.to(self.device, self.dtype,
+                                                           non_blocking=True))
+        lookups = self._to_device(plan.miss_lookups)
+        plan.slot_of[lookups] = serving[self._to_device(plan.miss_inverse)]
+        return CommitResult(slots, evicted)
 
     def _insert_plan(self, plan: BatchPlan):
         """The missing keys grouped by slabset (batch order inside a group), on the device."""
-        from lcr import _native
-        keys = plan.missing_keys.numpy()
-        homes = _native.slabsets_of(keys, self.num_slabsets).astype(np.int64)
-        m = len(keys)
-        if isinstance(plan.missing_first, torch.Tensor):  # many misses: group on the device
-            homes = self._to_device(homes)
+        m = plan.missing_keys.numel()
+        if plan.missing_on_device is not None:  # many misses: group on the device
+            keys = plan.missing_on_device
+            homes = self.engine.slabsets_of(keys, self.num_slabsets)
             members = torch.sort(homes, stable=True)[1]
             ordered = homes[members]
             change = torch.ones(m, dtype=torch.bool, device=self.device)
             change[1:] = ordered[1:] != ordered[:-1]
             starts = torch.cat([torch.nonzero(change).flatten(),
                                 torch.tensor([m], device=self.device)])
-            arrays = (self._to_device(keys), plan.missing_first, members, starts)
-            return arrays, starts.numel() - 1
+            return (keys, plan.missing_first, members, starts), starts.numel() - 1
+        from lcr import _native
+        keys = plan.missing_keys.numpy()
+        homes = _native.slabsets_of(keys, self.num_slabsets).astype(np.int64)
         members = np.argsort(homes, kind="stable")
         ordered = homes[members]
         starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])

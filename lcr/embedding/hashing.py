@@ -8,6 +8,10 @@ embedding row ids evenly across slabsets.
 evictions (LARU). It takes the hash's top 13 bits: the keys of one slabset share
 ``mix64(key) % num_slabsets``, i.e. its low bits when num_slabsets is a power of two,
 so low bits would crowd a slabset's keys onto a few record bits.
+
+``tag_of`` is the byte stored beside a key's slot (``SlabMetadata.tags``): a probe
+compares a slabset's 64 tags and reads only the keys whose tag matches. Bits 40-47 of
+the hash; 0 is kept for free slots, so a zero tag becomes 1.
 """
 from __future__ import annotations
 
@@ -34,3 +38,7 @@ RECORD_BITS = 8192
 
 def record_bit_of(key: int) -> int:
     return mix64(key) >> 51
+
+
+def tag_of(key: int) -> int:
+    return (mix64(key) >> 40) & 0xFF or 1
