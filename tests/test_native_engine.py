@@ -41,6 +41,8 @@ VARIANTS = [
     ("laru", {"mode": "async", "b": 4.0, "shrink_every": 2}),
     ("laru", {"credit": 1, "b": 1.5}),
     ("laru", {"mode": "async", "credit": 1, "b": 1.1}),
+    ("laru", {"guard": 0.0, "b": 1.5}),
+    ("laru", {"mode": "async", "credit": 1, "b": 1.05, "guard": 0.02}),
     ("arc", {}),
     ("lirs", {}),
     ("s3fifo", {}),
@@ -119,6 +121,15 @@ def test_laru_shrinks_lambda_and_counts_like_the_spec():
         got = assert_same_decisions(trace, "laru", 40, predictions, shrink_every=shrink_every)
         assert got.stats["prediction_induced_misses"] > 0
         assert got.stats["phases"] > 1
+
+
+def test_laru_guard_evicts_by_recency_like_the_spec():
+    # Inverted predictions put LARU over its miss budget against LRU again and again.
+    trace = generate("zipf:requests=8000,keys=400,alpha=0.8,seed=6")
+    predictions = oracle_predictions(trace, 1.0)
+    for guard, credit in ((0.0, 0), (0.02, 1)):
+        got = assert_same_decisions(trace, "laru", 40, predictions, guard=guard, credit=credit, b=1.05)
+        assert got.stats["guarded_evictions"] > 0
 
 
 def test_long_trace_small_cache_exercises_tree_compaction():

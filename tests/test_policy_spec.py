@@ -70,6 +70,8 @@ def test_laru_with_oracle_predictions_equals_opt(source, capacity, mode):
     opt = misses(trace, "opt", capacity)
     assert misses(trace, "laru", capacity, mode=mode) == opt
     assert misses(trace, "laru", capacity, mode=mode, credit=1, b=1.05) == opt
+    # The tightest guard never acts: OPT is optimal on every prefix, so never behind LRU.
+    assert misses(trace, "laru", capacity, mode=mode, credit=1, b=1.05, guard=0.0) == opt
     assert misses(trace, "fpb", capacity, mode=mode) == opt
     assert misses(trace, "blind_oracle_lru", capacity) == opt
 
@@ -187,6 +189,32 @@ def test_laru_credit_with_adversarial_predictions_stays_near_lru(source, capacit
         assert misses(trace, "laru", capacity, noise=1.0, credit=1, b=b) <= 1.25 * lru
 
 
+@pytest.mark.parametrize("source", SYNTHETIC)
+@pytest.mark.parametrize("capacity", [2, 16, 100])
+def test_laru_guard_keeps_misses_within_its_budget_over_lru(source, capacity):
+    """Inverted predictions: with a guard g, misses <= (1 + g) x LRU's + k (the spec)."""
+    trace = generate(source)
+    lru = len(trace) - int(replay(trace, LRU(capacity), None).hits.sum())
+    inverted = -oracle_predictions(trace)
+    unguarded, predictor = build("laru", trace, capacity, inverted, credit=1, b=1.05)
+    replay(trace, unguarded, predictor)
+    for guard in (0.0, 0.02):
+        laru, predictor = build("laru", trace, capacity, inverted, credit=1, b=1.05, guard=guard)
+        replay(trace, laru, predictor)
+        assert laru.stats.misses <= (1 + guard) * lru + capacity
+        if unguarded.stats.misses > (1 + guard) * lru:  # over budget at the end at least
+            assert laru.stats.extra["guarded_evictions"] > 0
+
+
+def test_laru_guard_bound_fails_without_it():
+    # The case the test above rests on: unguarded, inverted predictions lose 17% to LRU.
+    trace = generate(SYNTHETIC[0])
+    lru = len(trace) - int(replay(trace, LRU(16), None).hits.sum())
+    laru, predictor = build("laru", trace, 16, -oracle_predictions(trace), credit=1, b=1.05)
+    replay(trace, laru, predictor)
+    assert laru.stats.misses > 1.1 * lru + 16
+
+
 def test_laru_window_shrinks_to_lru_and_stops_calling_the_predictor():
     trace = generate("loop:requests=3000,keys=12")
     laru, predictor = build("laru", trace, 8, -oracle_predictions(trace))  # inverted predictions
@@ -261,6 +289,8 @@ def test_bad_policy_parameters_are_rejected():
         LARU(4, ArrayPredictor(np.zeros(1)), mode="eventually")
     with pytest.raises(ValueError, match="credit must be 0 or 1"):
         LARU(4, ArrayPredictor(np.zeros(1)), credit=2)
+    with pytest.raises(ValueError, match="guard must be >= 0"):
+        LARU(4, ArrayPredictor(np.zeros(1)), guard=-0.1)
     with pytest.raises(ValueError, match="valid: lru"):
         make_policy("belady2", 4)
     with pytest.raises(ValueError, match="next-use"):

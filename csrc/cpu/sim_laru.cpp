@@ -18,6 +18,7 @@ struct LaruParams {
     double b = 2.0;
     int64_t shrink_every = 1;
     bool credit = false;  // lambda grows back by b on hits LRU would have missed
+    double guard = -1;    // >= 0: miss budget against LRU, (1 + guard) x its misses; < 0: off
 };
 
 void run_laru(const Requests& req, Recorder& rec, Counters& c, int64_t k, const Predictions& pred,
@@ -35,7 +36,10 @@ void run_laru(const Requests& req, Recorder& rec, Counters& c, int64_t k, const 
     int64_t& phase = c.phases;
     double& lam = c.lambda;
     int64_t induced_in_phase = 0;
-    LruCache lru_shadow(params.credit ? k : 0, params.credit ? req.n_ids : 0);  // what plain LRU would hold
+    // What plain LRU would hold, and its misses so far (credit and guard read them).
+    const bool shadowed = params.credit || params.guard >= 0;
+    LruCache lru_shadow(shadowed ? k : 0, shadowed ? req.n_ids : 0);
+    int64_t lru_misses = 0;
 
     auto leave_old = [&](int32_t id) {
         if (key[id].old) {
@@ -46,7 +50,8 @@ void run_laru(const Requests& req, Recorder& rec, Counters& c, int64_t k, const 
 
     for (int64_t t = 0; t < req.n; ++t) {
         const int32_t id = req.ids[t];
-        const bool lru_hit = !params.credit || lru_shadow.access(id).hit;
+        const bool lru_hit = !shadowed || lru_shadow.access(id).hit;
+        lru_misses += !lru_hit;
         if (cache.contains(id)) {
             leave_old(id);
             if (!lru_hit) {  // the predictions kept a key LRU would have lost
@@ -71,6 +76,11 @@ void run_laru(const Requests& req, Recorder& rec, Counters& c, int64_t k, const 
                 ++c.lru_evictions;
                 ++c.prediction_induced_misses;
                 if (++induced_in_phase % params.shrink_every == 0) lam /= params.b;
+            } else if (params.guard >= 0 &&  // over the miss budget (this miss included)
+                       static_cast<double>(c.misses + 1) > (1 + params.guard) * static_cast<double>(lru_misses)) {
+                victim = cache.oldest();
+                ++c.lru_evictions;
+                ++c.guarded_evictions;
             } else {
                 const int64_t window = std::max<int64_t>(static_cast<int64_t>(std::floor(lam * static_cast<double>(k))), 1);
                 const WindowChoice choice = choose_in_window(cache, pred, c, window);
@@ -90,12 +100,13 @@ void run_laru(const Requests& req, Recorder& rec, Counters& c, int64_t k, const 
 }
 
 py::tuple replay_laru(const Array<int32_t>& ids, int64_t n_ids, int64_t capacity, const Array<double>& predictions,
-                      bool async, double b, int64_t shrink_every, bool credit, bool record_evictions) {
+                      bool async, double b, int64_t shrink_every, bool credit, double guard,
+                      bool record_evictions) {
     checked_capacity(capacity);
     if (!(b > 1)) raise_value_error("laru needs b > 1");
     if (shrink_every < 1) raise_value_error("laru shrink_every must be at least 1");
     const Predictions pred{aligned_with(predictions, ids.size(), "predictions"), async};
-    const LaruParams params{b, shrink_every, credit};
+    const LaruParams params{b, shrink_every, credit, guard};
     return run_core(ids, n_ids, record_evictions, [&](const Requests& req, Recorder& rec, Counters& c) {
         run_laru(req, rec, c, capacity, pred, params);
     });
@@ -105,7 +116,8 @@ py::tuple replay_laru(const Array<int32_t>& ids, int64_t n_ids, int64_t capacity
 
 void register_sim_laru(py::module_& m) {
     m.def("replay_laru", &replay_laru, py::arg("ids"), py::arg("n_ids"), py::arg("capacity"), py::arg("predictions"),
-          py::arg("async_mode"), py::arg("b"), py::arg("shrink_every"), py::arg("credit"), py::arg("record_evictions"));
+          py::arg("async_mode"), py::arg("b"), py::arg("shrink_every"), py::arg("credit"), py::arg("guard"),
+          py::arg("record_evictions"));
 }
 
 }  // namespace lcr

@@ -45,7 +45,7 @@ struct Counters {
     int64_t hits = 0, misses = 0, evictions = 0;
     int64_t prediction_evictions = 0, lru_evictions = 0;
     int64_t predictor_calls = 0, predicted_keys = 0;
-    int64_t phases = 0, prediction_induced_misses = 0, credited_hits = 0;
+    int64_t phases = 0, prediction_induced_misses = 0, credited_hits = 0, guarded_evictions = 0;
     double lambda = 1.0;
 
     // One sync-mode call that asks about `keys` candidates at an eviction.
@@ -70,6 +70,7 @@ struct Counters {
                         py::arg("predicted_keys") = predicted_keys, py::arg("phases") = phases,
                         py::arg("prediction_induced_misses") = prediction_induced_misses,
                         py::arg("credited_hits") = credited_hits,
+                        py::arg("guarded_evictions") = guarded_evictions,
                         py::arg("lambda") = lambda);
     }
 };

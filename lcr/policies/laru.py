@@ -21,6 +21,14 @@ LRU after log_b k induced misses; with it the window follows the predictions' ne
 effect against LRU. Oracle predictions cause no induced miss, so lambda stays 1 and
 LARU with credit still makes OPT's decisions.
 
+``guard`` (off by default; lcr's extension) is a miss budget against LRU: while LARU's
+misses so far exceed (1 + guard) times those of an LRU cache of the same size on the
+same requests, it evicts by recency (no predictor call, lambda untouched). LRU caches of
+one size agree once k distinct keys have been requested since they last differed, so
+LARU with a guard misses at most (1 + guard) x LRU's misses + k, whatever the
+predictions. Oracle predictions never exceed LRU's misses (OPT is optimal on every
+prefix of the requests), so the guard never acts and LARU still makes OPT's decisions.
+
 ``record`` replaces the exact set of prediction-evicted keys with any object offering
 ``add``, ``discard``, ``clear`` and ``in`` (SlabHash keeps a bitset, see
 ``lcr.embedding.reference.BitsetRecord``).
@@ -48,7 +56,7 @@ class LARU(Policy):
 
     def __init__(self, capacity: int, predictor: NextAccessPredictor, mode: str = "sync",
                  b: float = 2.0, shrink_every: int = 1, record: MutableSet[int] | None = None,
-                 credit: bool = False):
+                 credit: bool = False, guard: float | None = None):
         super().__init__(capacity)
         if not b > 1:
             raise ValueError(f"laru needs b > 1, got {b}")
@@ -56,17 +64,22 @@ class LARU(Policy):
             raise ValueError(f"laru shrink_every must be at least 1, got {shrink_every}")
         if credit not in (0, 1):
             raise ValueError(f"laru credit must be 0 or 1, got {credit!r}")
+        if guard is not None and not guard >= 0:
+            raise ValueError(f"laru guard must be >= 0, got {guard!r}")
         self.b = float(b)
         self.shrink_every = int(shrink_every)
         self.credit = bool(credit)
-        self.lru_shadow = LRU(capacity) if credit else None  # what plain LRU would hold
+        self.guard = None if guard is None else float(guard)
+        # What plain LRU would hold, and its misses so far (credit and guard read them).
+        self.lru_shadow = LRU(capacity) if credit or guard is not None else None
         self.recency = self.resident = RecencyOrder()
         self.table = PredictionTable(predictor, mode, self.stats)
         self.lam = 1.0
         self.old: set[int] = set()  # O: items cached at the phase start, not yet requested or evicted
         self.evicted_by_prediction: MutableSet[int] = set() if record is None else record
         self._induced_in_phase = 0
-        self.stats.extra.update(phases=0, prediction_induced_misses=0, credited_hits=0)
+        self.stats.extra.update(phases=0, prediction_induced_misses=0, credited_hits=0,
+                                guarded_evictions=0)
 
     @property
     def window(self) -> int:
@@ -100,6 +113,10 @@ class LARU(Policy):
             self._induced_in_phase += 1
             if self._induced_in_phase % self.shrink_every == 0:
                 self.lam /= self.b
+        elif self._over_budget():
+            victim = self.recency.oldest(1)[0]
+            self.stats.lru_evictions += 1
+            self.stats.extra["guarded_evictions"] += 1
         else:
             victim, by_prediction = choose_in_window(self.recency, self.table, self.stats, self.window, t)
             if by_prediction:
@@ -108,6 +125,12 @@ class LARU(Policy):
         self.recency.remove(victim)
         self.table.forget(victim)
         self.last_evicted = victim
+
+    def _over_budget(self) -> bool:
+        """Whether the misses so far, this one included (the base class counts it after
+        ``_access``), exceed the guard's budget; the shadow has counted this request."""
+        return (self.guard is not None
+                and self.stats.misses + 1 > (1 + self.guard) * self.lru_shadow.stats.misses)
 
     def _start_phase(self) -> None:
         self.old = set(self.recency)

@@ -88,7 +88,7 @@ def native_replay(trace: Trace, name: str, capacity: int, predictions: np.ndarra
         elif name == "hf":
             extra = (spec.window,)
         else:
-            extra = (spec.b, spec.shrink_every, spec.credit)
+            extra = (spec.b, spec.shrink_every, spec.credit, -1.0 if spec.guard is None else spec.guard)
         hits, evicted, counters = getattr(_native, f"replay_{name}")(
             *core, predictions, async_mode, *extra, record_evictions)
     seconds = time.perf_counter() - start
@@ -105,6 +105,7 @@ def _spec_stats(name: str, counters: dict) -> dict:
         stats.update(phases=counters["phases"],
                      prediction_induced_misses=counters["prediction_induced_misses"],
                      credited_hits=counters["credited_hits"],
+                     guarded_evictions=counters["guarded_evictions"],
                      final_lambda=counters["lambda"])
     elif name == "marker" and counters["phases"]:
         stats["phases"] = counters["phases"]  # the spec records phases once one starts
