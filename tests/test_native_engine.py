@@ -130,6 +130,8 @@ def test_laru_guard_evicts_by_recency_like_the_spec():
     for guard, credit in ((0.0, 0), (0.02, 1)):
         got = assert_same_decisions(trace, "laru", 40, predictions, guard=guard, credit=credit, b=1.05)
         assert got.stats["guarded_evictions"] > 0
+        if not credit:  # the guard's shadow LRU must not turn credit on
+            assert got.stats["credited_hits"] == 0
 
 
 def test_long_trace_small_cache_exercises_tree_compaction():

@@ -172,11 +172,13 @@ def test_laru_credit_grows_lambda_back_on_hits_lru_would_have_missed(noise):
     assert grew and all(credited[t] and math.isclose(lams[t], lams[t - 1] * b) for t in grew)
     capped = [t for t in np.flatnonzero(credited) if lams[t - 1] * b >= 1.0]
     assert all(lams[t] == 1.0 for t in capped)
-    # Without credit the same predictions never grow lambda within a phase.
-    plain, p3 = build("laru", trace, k, values, b=b)
-    plain_lams, _ = lambda_after_each_request(trace, plain, p3)
-    assert plain.stats.extra["credited_hits"] == 0
-    assert all(now <= before or now == 1.0 for before, now in zip(plain_lams, plain_lams[1:]))
+    # Without credit the same predictions never grow lambda within a phase, also when a
+    # guard runs the shadow LRU that credit would read.
+    for params in ({}, {"guard": 0.5}):
+        plain, p3 = build("laru", trace, k, values, b=b, **params)
+        plain_lams, _ = lambda_after_each_request(trace, plain, p3)
+        assert plain.stats.extra["credited_hits"] == 0
+        assert all(now <= before or now == 1.0 for before, now in zip(plain_lams, plain_lams[1:]))
 
 
 @pytest.mark.parametrize("source", SYNTHETIC)

@@ -54,7 +54,7 @@ void run_laru(const Requests& req, Recorder& rec, Counters& c, int64_t k, const 
         lru_misses += !lru_hit;
         if (cache.contains(id)) {
             leave_old(id);
-            if (!lru_hit) {  // the predictions kept a key LRU would have lost
+            if (params.credit && !lru_hit) {  // the predictions kept a key LRU would have lost
                 ++c.credited_hits;
                 lam = std::min(1.0, lam * params.b);
             }

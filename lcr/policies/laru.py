@@ -91,7 +91,7 @@ class LARU(Policy):
         hit = key in self.recency
         if hit:
             self.old.discard(key)
-            if not lru_hit:  # the predictions kept a key LRU would have lost
+            if self.credit and not lru_hit:  # the predictions kept a key LRU would have lost
                 self.stats.extra["credited_hits"] += 1
                 self.lam = min(1.0, self.lam * self.b)
         else:
