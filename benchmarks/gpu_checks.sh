@@ -10,7 +10,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-gpu_results}
-mkdir -p "$out"
+mkdir -p "$out" 2>/dev/null || { echo "gpu_checks: cannot create the output folder $out"; exit 2; }
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD LCR_CUDA_ARCHS=${LCR_CUDA_ARCHS:-90}
 python=${PYTHON:-python3}
 started=$(date +%s)

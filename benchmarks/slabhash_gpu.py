@@ -195,6 +195,12 @@ def main() -> int:
                         help="comma-separated SLS batch sizes (bags of 50 lookups each)")
     parser.add_argument("--profile", action="store_true", help="profile find and sls, then stop")
     args = parser.parse_args()
+    try:
+        batches = [int(b) for b in args.batches.split(",")]
+    except ValueError:
+        batches = []
+    if not batches or min(batches) < 1:
+        parser.error(f"--batches: expected comma-separated positive integers, got {args.batches!r}")
     from lcr.cuda import gpu_available
     if not gpu_available():  # raises when torch sees a GPU that lcr._cuda does not
         print("slabhash_gpu: no CUDA GPU here (or lcr was built without nvcc); nothing measured.")
@@ -204,10 +210,6 @@ def main() -> int:
         return 0
     result = dict(environment=environment())
     print(json.dumps(result["environment"]), flush=True)
-    try:
-        batches = [int(b) for b in args.batches.split(",")]
-    except ValueError:
-        parser.error(f"--batches: expected comma-separated integers, got {args.batches!r}")
     resident = resident_cache()
     result["sls_on_hits"] = [sls_on_hits(resident, batch=b) for b in batches]
     print(json.dumps(result["sls_on_hits"], indent=1), flush=True)
