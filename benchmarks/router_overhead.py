@@ -10,6 +10,9 @@ interleaved; the report gives TTFT p50/p99 of each and the overhead (routed - di
 
 `--baseline-tree DIR` also runs the router of another checkout (e.g. a `git worktree` of an
 older commit) in the same interleaved repeats, for a before/after on the same machine.
+`--sglang-router DIR` runs sglang-router (a release unpacked with `pip install --no-deps
+--target DIR sglang-router==0.3.2`) with `--sglang-policy` over the same workers, in the
+same repeats: what SGLang's own (Rust) router adds, beside lcr's.
 """
 import argparse
 import asyncio
@@ -64,6 +67,18 @@ def start_router(tree: Path, urls: list[str], router: str) -> tuple[subprocess.P
     return proc, url
 
 
+def start_sglang_router(package_dir: Path, urls: list[str], policy: str) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sglang_router.launch_router", "--worker-urls", *urls, "--policy", policy,
+         "--host", "127.0.0.1", "--port", str(port), "--prometheus-port", str(free_port())],
+        env={**os.environ, "PYTHONPATH": str(package_dir)},
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    wait_up(url)
+    return proc, url
+
+
 async def closed_loop(targets: list[str], clients: int, requests: int, prompt_chars: int) -> list[float]:
     """TTFTs of ``clients`` closed-loop clients, ``requests`` each; client c sends to
     targets[c % len(targets)] (the workers round robin when direct, the router otherwise)."""
@@ -96,6 +111,9 @@ def main(argv=None) -> int:
     ap.add_argument("--prompt-chars", type=int, default=2400)
     ap.add_argument("--first-token-ms", type=float, default=20.0)
     ap.add_argument("--baseline-tree", type=Path, help="another checkout whose router runs beside this one")
+    ap.add_argument("--sglang-router", type=Path, metavar="DIR",
+                    help="an unpacked sglang-router release whose router runs beside lcr's")
+    ap.add_argument("--sglang-policy", default="cache_aware")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/router_overhead.json")
     args = ap.parse_args(argv)
     for flag in ("clients", "requests", "repeats", "workers"):
@@ -105,6 +123,8 @@ def main(argv=None) -> int:
         ap.error("--prompt-chars and --first-token-ms must be >= 0")
     if args.baseline_tree and not (args.baseline_tree / "lcr" / "route" / "serve.py").is_file():
         ap.error(f"--baseline-tree {args.baseline_tree}: not an lcr checkout with lcr/route/serve.py")
+    if args.sglang_router and not (args.sglang_router / "sglang_router" / "launch_router.py").is_file():
+        ap.error(f"--sglang-router {args.sglang_router}: no sglang_router/launch_router.py there")
 
     ports = [free_port() for _ in range(args.workers)]
     stubs = Process(target=serve_stubs, args=(ports, args.first_token_ms / 1000, 4, 0.005), daemon=True)
@@ -116,6 +136,9 @@ def main(argv=None) -> int:
     if args.baseline_tree:
         trees["baseline"] = args.baseline_tree.resolve()
     routers = {name: start_router(tree, direct, args.router) for name, tree in trees.items()}
+    if args.sglang_router:
+        routers[f"sglang-router {args.sglang_policy}"] = start_sglang_router(
+            args.sglang_router.resolve(), direct, args.sglang_policy)
     runs: dict[str, list[dict]] = {"direct": [], **{name: [] for name in routers}}
     try:
         for repeat in range(args.repeats):

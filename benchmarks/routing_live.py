@@ -17,6 +17,10 @@ SGLang's own meta_info), TTFT p50/p99 (first streamed chunk), latency p50, req/s
 lcr, routing time per request and, for lbgr, how many requests left the worker holding
 their prefix and which score term moved them. On a shared CPU machine the times are noisy:
 read the spread across repeats before the means.
+
+Each request opens its own connection to the router unless `--keep-alive`, where every
+client keeps one connection open for all its requests, as SDK and benchmark clients
+(OpenAI's, SGLang's bench_serving) do.
 """
 from __future__ import annotations
 
@@ -29,8 +33,11 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import urllib.parse
 import urllib.request
+from http.client import HTTPConnection
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -107,13 +114,20 @@ def ready_for_requests(url: str, proc: subprocess.Popen, log: Path, timeout: flo
     raise RuntimeError(f"{url} never served a request:\n{log.read_text()[-2000:]}")
 
 
-def one_request(url: str, text: str, max_new_tokens: int, ignore_eos: bool = False) -> dict:
+def one_request(url: str, text: str, max_new_tokens: int, ignore_eos: bool = False,
+                connection: HTTPConnection | None = None) -> dict:
+    """One streamed /generate, on a connection of its own or on ``connection`` (kept open)."""
     sampling = {"max_new_tokens": max_new_tokens, "temperature": 0, "ignore_eos": ignore_eos}
     body = json.dumps({"text": text, "stream": True, "sampling_params": sampling}).encode()
-    request = urllib.request.Request(url + "/generate", body, {"Content-Type": "application/json"})
+    headers = {"Content-Type": "application/json"}
     started = time.perf_counter()
     first, meta = None, {}
-    with urllib.request.urlopen(request, timeout=600) as reply:
+    if connection is not None:
+        connection.request("POST", "/generate", body, headers)
+        opened = connection.getresponse()
+    else:
+        opened = urllib.request.urlopen(urllib.request.Request(url + "/generate", body, headers), timeout=600)
+    with opened as reply:
         worker = reply.headers.get("X-Lcr-Worker")   # lcr's routers name the worker that answered
         for line in reply:
             if not line.startswith(b"data:"):
@@ -175,7 +189,8 @@ def calibrate(urls: list[str], prompts: list[str], samples: int = 3, decode_toke
 
 
 def run_router(name: str, urls: list[str], prompts: list[str], clients: int, max_new: int, logs: Path,
-               service_flags: list[str], sglang_019: str | None = None, prefix_words: int = 300) -> dict:
+               service_flags: list[str], sglang_019: str | None = None, prefix_words: int = 300,
+               keep_alive: bool = False) -> dict:
     kind, policy = name.split(":", 1)   # lcr routers may carry parameters: lcr:lbgr:queueing=none
     port = free_port()
     path_first = None
@@ -203,10 +218,23 @@ def run_router(name: str, urls: list[str], prompts: list[str], clients: int, max
     try:
         wait_http(url + "/health", proc, 120, log)
         ready_for_requests(url, proc, log)
+        local, connections = threading.local(), []
+
+        def send(text: str) -> dict:
+            if not keep_alive:
+                return one_request(url, text, max_new)
+            if not hasattr(local, "connection"):
+                address = urllib.parse.urlsplit(url)
+                local.connection = HTTPConnection(address.hostname, address.port, timeout=600)
+                connections.append(local.connection)
+            return one_request(url, text, max_new, connection=local.connection)
+
         started = time.perf_counter()
         with ThreadPoolExecutor(clients) as pool:
-            results = list(pool.map(lambda text: one_request(url, text, max_new), prompts))
+            results = list(pool.map(send, prompts))
         elapsed = time.perf_counter() - started
+        for connection in connections:
+            connection.close()
         overhead = moves = None
         if kind == "lcr":
             with urllib.request.urlopen(url + "/lcr/metrics", timeout=10) as reply:
@@ -250,6 +278,8 @@ def main() -> int:
                         help="pin worker i to CPU core i (mod the cores), so that workers have "
                              "independent capacity as on separate GPUs (default; unpinned, every "
                              "worker's torch threads compete for every core)")
+    parser.add_argument("--keep-alive", action="store_true",
+                        help="each client keeps one connection to the router for all its requests")
     parser.add_argument("--out", default="benchmarks/results/routing_live.json")
     args = parser.parse_args()
     from sglang_e2e_model import build_tiny_llama
@@ -285,7 +315,7 @@ def main() -> int:
             for name in (names if repeat % 2 == 0 else names[::-1]):
                 flush(urls)
                 row = run_router(name, urls, prompts, args.clients, args.max_new_tokens, logs,
-                                 service_flags, args.sglang_router_019, args.prefix_words)
+                                 service_flags, args.sglang_router_019, args.prefix_words, args.keep_alive)
                 row["repeat"] = repeat
                 rows.append(row)
                 print(json.dumps(row), flush=True)

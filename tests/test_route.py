@@ -746,6 +746,41 @@ def _through_proxy(workers, client_steps):
     return asyncio.run(run())
 
 
+def test_stub_worker_refuses_what_is_not_http1_and_keeps_serving():
+    """sglang-router probes its workers for gRPC (HTTP/2's preface) as well: the stand-in
+    must answer 400 and close, not fail inside its handler, and still serve HTTP/1.1."""
+    import asyncio
+
+    from lcr.route.stub_worker import StubWorker
+
+    async def exchange(port, data, until_closed):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(data)
+        # the refusal must close the connection; /health keeps it alive (2-byte body)
+        reply = reader.read() if until_closed else reader.readuntil(b"\r\n\r\nok")
+        reply = await asyncio.wait_for(reply, 5)
+        writer.close()
+        return reply
+
+    async def run():
+        worker = StubWorker()
+        port = int((await worker.start()).rsplit(":", 1)[1])
+        loop = asyncio.get_running_loop()
+        failures = []
+        loop.set_exception_handler(lambda _loop, context: failures.append(context))
+        try:
+            preface = await exchange(port, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", True)
+            health = await exchange(port, b"GET /health HTTP/1.1\r\n\r\n", False)
+        finally:
+            await worker.stop()
+        return preface, health, failures
+
+    preface, health, failures = asyncio.run(run())
+    assert preface.startswith(b"HTTP/1.1 400 ")
+    assert health.startswith(b"HTTP/1.1 200 ")
+    assert failures == []
+
+
 def test_proxy_streams_replies_through_byte_for_byte():
     from lcr.route.stub_worker import StubWorker
 
