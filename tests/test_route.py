@@ -748,7 +748,8 @@ def _through_proxy(workers, client_steps):
 
 def test_stub_worker_refuses_what_is_not_http1_and_keeps_serving():
     """sglang-router probes its workers for gRPC (HTTP/2's preface) as well: the stand-in
-    must answer 400 and close, not fail inside its handler, and still serve HTTP/1.1."""
+    must answer that, a bad length and a body that is not a JSON object with a 400 and
+    close, not fail inside its handler, and still serve HTTP/1.1."""
     import asyncio
 
     from lcr.route.stub_worker import StubWorker
@@ -769,14 +770,17 @@ def test_stub_worker_refuses_what_is_not_http1_and_keeps_serving():
         failures = []
         loop.set_exception_handler(lambda _loop, context: failures.append(context))
         try:
-            preface = await exchange(port, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", True)
+            refused = [await exchange(port, data, True) for data in (
+                b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
+                b"POST /generate HTTP/1.1\r\nContent-Length: x\r\n\r\n",
+                b"POST /generate HTTP/1.1\r\nContent-Length: 3\r\n\r\n[1]")]
             health = await exchange(port, b"GET /health HTTP/1.1\r\n\r\n", False)
         finally:
             await worker.stop()
-        return preface, health, failures
+        return refused, health, failures
 
-    preface, health, failures = asyncio.run(run())
-    assert preface.startswith(b"HTTP/1.1 400 ")
+    refused, health, failures = asyncio.run(run())
+    assert [reply.split(b"\r\n")[0] for reply in refused] == [b"HTTP/1.1 400 Bad Request"] * 3
     assert health.startswith(b"HTTP/1.1 200 ")
     assert failures == []
 

@@ -5,8 +5,9 @@ It speaks just enough HTTP/1.1 (keep-alive, Content-Length bodies): ``GET /healt
 ``"stream": true`` (headers at once, as SGLang's server sends them), ``chunks`` SSE events
 ``chunk_gap_s`` apart and ``data: [DONE]``. With
 ``break_after`` set, a stream closes the connection after that many events, as a worker
-that dies mid-reply does. Anything else than an HTTP/1.x request line (sglang-router also
-probes its workers for gRPC, with HTTP/2's preface) gets a 400 and the connection closed.
+that dies mid-reply does. A request it cannot read (not HTTP/1.x: sglang-router also probes
+its workers for gRPC, with HTTP/2's preface; a bad length; a body that is not a JSON
+object) gets a 400 and the connection closed.
 Standard library only; one instance per event loop.
 """
 import asyncio
@@ -43,17 +44,21 @@ class StubWorker:
             while True:
                 head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
                 request_line = head[0].split(" ")
-                if len(request_line) != 3 or not request_line[2].startswith("HTTP/1."):
+                try:
+                    if len(request_line) != 3 or not request_line[2].startswith("HTTP/1."):
+                        raise ValueError("not an HTTP/1.x request")
+                    method, path = request_line[:2]
+                    length = next((int(line.split(":", 1)[1]) for line in head[1:]
+                                   if line.lower().startswith("content-length:")), 0)
+                    body = await reader.readexactly(length) if length > 0 else b""
+                    stream = method == "POST" and bool(json.loads(body or b"{}").get("stream"))
+                except (ValueError, AttributeError):    # bad line, length or JSON body
                     writer.write(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
                     return
-                method, path = request_line[:2]
-                length = next((int(line.split(":", 1)[1]) for line in head[1:]
-                               if line.lower().startswith("content-length:")), 0)
-                body = await reader.readexactly(length) if length else b""
                 if method == "GET" and path == "/health":
                     writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
                     continue
-                if json.loads(body or b"{}").get("stream"):
+                if stream:
                     if not await self._stream(writer):
                         return
                     continue
