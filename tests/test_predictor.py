@@ -483,8 +483,10 @@ def test_batch_predict_equals_lightgbm_on_the_stored_features(objective, memo):
         stream = load_trace(str(trace_path), limit=30_000).keys
     else:  # the real features need the shared data; a skewed stream still exercises the path
         stream = np.random.default_rng(2).zipf(1.2, 30_000) % 5_000
+    # One classifier: the mix of two (the default) is checked in test_boundary_mix_*.
     config = LightGBMConfig(background=False, retrain_every=10**9, objective=objective, capacity=300,
-                            cache_predictions=memo, rank="probability" if objective == "belady" else "time")
+                            cache_predictions=memo, rank="probability" if objective == "belady" else "time",
+                            boundary_fractions=(1.0,))
     model = LightGBMPredictor(config)
     for t, key in enumerate(stream.tolist()):
         model.observe(key, t)
@@ -504,6 +506,50 @@ def test_batch_predict_equals_lightgbm_on_the_stored_features(objective, memo):
     assert np.array_equal(model.predict(keys, now), got, equal_nan=True)  # a second (memoised) call too
     probes = _rows_on_every_threshold(booster, rows)
     assert np.array_equal(model._model.forest.predict(probes), booster.predict(probes, raw_score=True))
+
+
+def test_boundary_mix_is_one_classifier_per_fraction_averaged_in_logit():
+    """The default belady model: one member per boundary fraction f, each fitted with
+    num_trees / 2 trees on its own history's ripe samples (a sample ripens after f x B)
+    labelled "back after f x B?", and the answer is the sigmoid of the members' mean raw
+    output (the native forest and the boosters agree)."""
+    import lightgbm
+
+    stream = np.random.default_rng(5).zipf(1.2, 30_000) % 4_000
+    config = LightGBMConfig(background=False, retrain_every=10**9, objective="belady", rank="probability",
+                            capacity=200)
+    assert config.boundary_fractions == (1.0, 0.5)
+    model = LightGBMPredictor(config)
+    for t, key in enumerate(stream.tolist()):
+        model.observe(key, t)
+    assert model.fit()
+    sets = model.training_sets()
+    boundary = model.boundary()
+    assert [b for _, _, b in sets] == [boundary, boundary / 2] and model._model.boundary == boundary
+    for history, (X, y, member_boundary) in zip(model.histories, sets):
+        rows, intervals = history.ripe(model._now, member_boundary)    # ripe after its own boundary
+        assert np.array_equal(X, rows, equal_nan=True) and np.array_equal(y, (intervals >= member_boundary).astype(float))
+    assert len(sets[1][1]) > len(sets[0][1])        # the B/2 member sees samples sooner
+    members = model._model.booster.members
+    params = {"max_bin": config.max_bin, "verbose": -1, "bin_construct_sample_cnt": config.bin_sample}
+    for member, (X, y, _) in zip(members, sets):
+        alone = lightgbm.train(config.lgb_params(), lightgbm.Dataset(X, y, params=params),
+                               num_boost_round=config.num_trees // 2)
+        assert member.num_trees() == config.num_trees // 2
+        assert member.model_to_string().split("parameters:")[0] == alone.model_to_string().split("parameters:")[0]
+    rows = model.features.matrix[:len(model.features)]
+    mean = sum(m.predict(rows, raw_score=True) for m in members) / 2
+    assert np.allclose(model._model.forest.predict(rows), mean, rtol=1e-12, atol=1e-12)
+    keys = np.fromiter(model.features._slot, dtype=np.int64)
+    slots = np.array([model.features._slot[k] for k in keys.tolist()])
+    expected = 1 / (1 + np.exp(-sum(m.predict(model.features.matrix[slots], raw_score=True) for m in members) / 2))
+    assert np.allclose(model.predict(keys, len(stream)), expected, rtol=1e-12)
+
+
+def test_boundary_fractions_are_checked():
+    for bad in [(), (0.0,), (1.5,), (1.0, "x"), tuple([1.0] * 17)]:
+        with pytest.raises(LcrInputError, match="boundary_fractions"):
+            LightGBMConfig(boundary_fractions=bad)
 
 
 # -- offline quality and the learned policies (issue 11) -----------------------------------------

@@ -9,6 +9,23 @@ from __future__ import annotations
 
 import numpy as np
 
+class BoosterMean:
+    """Several boosters read as one: the mean of their raw outputs (a mix of classifiers,
+    one per label boundary; ``LightGBMConfig.boundary_fractions``)."""
+
+    def __init__(self, members: list):
+        self.members = list(members)
+
+    def predict(self, rows, num_threads: int = 0, raw_score: bool = True):
+        return sum(m.predict(rows, num_threads=num_threads, raw_score=True) for m in self.members) / len(self.members)
+
+    def num_trees(self) -> int:
+        return sum(m.num_trees() for m in self.members)
+
+    def num_feature(self) -> int:
+        return self.members[0].num_feature()
+
+
 # LightGBM's decision_type bits: categorical, default left, then the missing type.
 _CATEGORICAL, _DEFAULT_LEFT = 1, 2
 _NODE_FIELDS = ("split_feature", "threshold", "decision_type", "left_child", "right_child")
@@ -16,21 +33,27 @@ _NODE_FIELDS = ("split_feature", "threshold", "decision_type", "left_child", "ri
 
 def compile_booster(booster, num_features: int, method: str = "auto"):
     """A native forest equal to ``booster.predict`` (raw regression output), or None.
+    A ``BoosterMean`` compiles to one forest of all its members' trees, each leaf scaled
+    by 1 / members, so the forest's output is the members' mean raw output.
 
     ``method``: how the native forest evaluates (``lcr._native.Forest``); tests pin one."""
     from lcr import _native
 
-    text = booster.model_to_string()
-    header = _fields(text[:text.find("\nTree=")])
-    if header.get("num_tree_per_iteration", "1") != "1":
-        return None
+    members = booster.members if isinstance(booster, BoosterMean) else [booster]
+    blocks = []
+    for member in members:
+        text = member.model_to_string()
+        header = _fields(text[:text.find("\nTree=")])
+        if header.get("num_tree_per_iteration", "1") != "1":
+            return None
+        blocks += text.split("\nTree=")[1:]
     parts = {name: [] for name in (*_NODE_FIELDS, "leaf_value")}
     roots, nodes, leaves = [], 0, 0
-    for block in text.split("\nTree=")[1:]:
+    for block in blocks:
         tree = _fields(block[:block.find("\n\n")] if "\n\n" in block else block)
         if tree.get("num_cat", "0") != "0":
             return None
-        leaf_value = np.array(tree["leaf_value"].split(), dtype=np.float64)
+        leaf_value = np.array(tree["leaf_value"].split(), dtype=np.float64) / len(members)
         arrays = {name: np.array(tree[name].split(), dtype=np.float64 if name == "threshold" else np.int64)
                   for name in _NODE_FIELDS}
         if np.any(arrays["decision_type"] & _CATEGORICAL):

@@ -11,7 +11,9 @@ is sampled to span ``span_factor`` x that horizon. Two objectives (``objective``
 
 - ``regression``: log1p of the time to the next access; the answer is
   ``last access + expm1(output)``.
-- ``belady``: P(next access beyond B), binary log-loss. A probability is not a time, yet
+- ``belady``: P(next access beyond B), binary log-loss; by default the mean (in logit) of
+  two classifiers, one for B and one for B/2, each fitted on its own sampled history
+  (``boundary_fractions``): the B/2 one learns from samples half as old. A probability is not a time, yet
   LARU evicts the largest answer, so it is mapped to one (``rank``): ``odds`` answers
   ``last access + B * p / (1 - p)`` (p = 1/2 means "back after one boundary"; an older
   key with the same p ranks first, as in LRU); ``probability`` answers p itself.
@@ -42,7 +44,7 @@ from lcr.errors import LcrInputError
 from lcr.predict.base import Predictor
 from lcr.predict.boundary import belady_boundary
 from lcr.predict.features import FeatureConfig, FeatureStore
-from lcr.predict.forest import compile_booster
+from lcr.predict.forest import BoosterMean, compile_booster
 from lcr.predict.labels import SampledHistory
 
 OBJECTIVES = ("regression", "belady")
@@ -63,6 +65,11 @@ class LightGBMConfig:
     capacity: int | None = None   # cache size the boundary is for; None: capacity_fraction of keys seen
     capacity_fraction: float = 0.05  # no cache size given (a shared service): 5% of keys, >= 64
     boundary_factor: float = 4.0  # the boundary, in characteristic times (see lcr.predict.boundary)
+    # belady: a mix of classifiers, one per fraction f of the boundary ("back after f x B?"),
+    # each with its own sampled history (spanning, and ripe after, its own boundary) and
+    # num_trees / len(...) trees, averaged in logit; (1.0,) is one classifier. Measured
+    # better than one (docs/predictor.md); the first fraction is the model's boundary.
+    boundary_fractions: tuple[float, ...] = (1.0, 0.5)
     horizon_factor: float = 2.0   # regression labels capped at this many boundaries
     span_factor: float = 2.0      # samples span this many horizons
     warm_start: bool = False
@@ -88,6 +95,11 @@ class LightGBMConfig:
         if self.objective not in OBJECTIVES or self.rank not in RANKS:
             raise LcrInputError(f"LightGBM config: objective must be one of {OBJECTIVES} and rank one of "
                                 f"{RANKS}, got {self.objective!r}, {self.rank!r}")
+        fractions = self.boundary_fractions
+        if not fractions or not all(isinstance(f, (int, float)) and 0 < f <= 1 for f in fractions) \
+                or len(fractions) > self.num_trees:
+            raise LcrInputError(f"LightGBM config: boundary_fractions must be 1 to num_trees numbers in (0, 1], "
+                                f"got {fractions!r}")
         if self.weak and self.features.mode != "compact":
             # The weak model reads the key column, which only the compact layout has.
             object.__setattr__(self, "features", replace(self.features, mode="compact"))
@@ -165,7 +177,11 @@ class LightGBMPredictor(Predictor):
         c = self.config
         self.name = "lightgbm-weak" if c.weak else f"lightgbm({c.features.mode})"
         self.features = FeatureStore(c.features)
-        self.history = SampledHistory(c.window, self.features.width, c.seed)
+        # One sampled history per member of the classifier mix (one for regression and the
+        # weak model); ``history`` is the first, at the model's boundary.
+        members = len(c.boundary_fractions) if c.objective == "belady" and not c.weak else 1
+        self.histories = [SampledHistory(c.window, self.features.width, c.seed) for _ in range(members)]
+        self.history = self.histories[0]
         self._model: _Model | None = None
         self._lock = threading.Lock()  # guards features, history and the prediction memo
         self._trainer: threading.Thread | None = None
@@ -180,7 +196,8 @@ class LightGBMPredictor(Predictor):
     def observe(self, key: int, t: int, static: Sequence[float] | None = None) -> None:
         with self._lock:
             row = self.features.update(key, t, static)
-            self.history.observe(key, t, row)
+            for history in self.histories:
+                history.observe(key, t, row)
             slot = self.features.slot_of(key)
             if slot < len(self._memo):
                 self._memo[slot] = np.nan
@@ -210,33 +227,44 @@ class LightGBMPredictor(Predictor):
         return None if span is None else c.boundary_factor * span
 
     def training_set(self) -> tuple[np.ndarray, np.ndarray, float] | None:
-        """``(X, y, boundary)`` from the ripe samples, and retune the sampling rate so the
-        history spans ``span_factor`` horizons; None if too few are ripe. Call under the lock."""
+        """``(X, y, boundary)`` of the first member (the model's boundary); see
+        ``training_sets``. Call under the lock."""
+        sets = self.training_sets()
+        return None if sets is None else sets[0]
+
+    def training_sets(self) -> list[tuple[np.ndarray, np.ndarray, float]] | None:
+        """``(X, y, boundary)`` per member from its ripe samples, and retune each history's
+        sampling rate so that it spans ``span_factor`` of its horizons; None if a member has
+        too few ripe samples or one class only. Call under the lock."""
         c = self.config
         boundary = self.boundary()
         if boundary is None:
             return None
-        # A classification label is known once the sample is a boundary old.
-        horizon = boundary if c.objective == "belady" else c.horizon_factor * boundary
-        self.history.rate = min(1.0, c.window / (c.span_factor * horizon))
-        X, intervals = self.history.ripe(self._now, horizon)
-        if len(intervals) < c.min_samples:
-            return None
-        if c.objective == "belady":
-            y = (intervals >= boundary).astype(np.float64)  # capped at the boundary: ">=" is "beyond"
-        else:
-            y = np.log1p(intervals) if c.target == "log" else intervals / boundary
-        if c.objective == "belady" and y.min() == y.max():
-            return None  # one class only: nothing to learn yet
-        return X, y, boundary
+        sets = []
+        for history, fraction in zip(self.histories, c.boundary_fractions):
+            member = boundary * fraction if c.objective == "belady" else boundary
+            # A classification label is known once the sample is a boundary old.
+            horizon = member if c.objective == "belady" else c.horizon_factor * boundary
+            history.rate = min(1.0, c.window / (c.span_factor * horizon))
+            X, intervals = history.ripe(self._now, horizon)
+            if len(intervals) < c.min_samples:
+                return None
+            if c.objective == "belady":
+                y = (intervals >= member).astype(np.float64)  # capped at the boundary: ">=" is "beyond"
+                if y.min() == y.max():
+                    return None  # one class only: nothing to learn yet
+            else:
+                y = np.log1p(intervals) if c.target == "log" else intervals / boundary
+            sets.append((X, y, member))
+        return sets
 
     def fit(self) -> bool:
         """Fit on the ripe samples now and swap the model in; False if too few are ripe."""
         with self._lock:
-            data = self.training_set()
-        if data is None:
+            sets = self.training_sets()
+        if sets is None:
             return False
-        self._fit_on(*data)
+        self._fit_on(sets)
         return True
 
     def fit_async(self) -> bool:
@@ -245,10 +273,10 @@ class LightGBMPredictor(Predictor):
             self.metrics["fits_skipped_busy"] += 1
             return False
         with self._lock:
-            data = self.training_set()
-        if data is None:
+            sets = self.training_sets()
+        if sets is None:
             return False
-        self._trainer = threading.Thread(target=self._fit_on, args=data, name="lcr-lightgbm-fit",
+        self._trainer = threading.Thread(target=self._fit_on, args=(sets,), name="lcr-lightgbm-fit",
                                          daemon=True)
         self._trainer.start()
         return True
@@ -259,27 +287,35 @@ class LightGBMPredictor(Predictor):
             trainer.join(timeout)
 
     def fit_arrays(self, X: np.ndarray, y: np.ndarray, boundary: float = 1.0) -> None:
-        """Fit on given rows and labels (log1p intervals, or 0/1 beyond the boundary)."""
-        self._fit_on(np.asarray(X, dtype=np.float64), np.asarray(y, dtype=np.float64), boundary)
+        """Fit one model (not a mix) on given rows and labels (log1p intervals, or 0/1
+        beyond the boundary)."""
+        self._fit_on([(np.asarray(X, dtype=np.float64), np.asarray(y, dtype=np.float64), boundary)])
 
-    def _fit_on(self, X: np.ndarray, y: np.ndarray, boundary: float) -> None:
+    def _fit_on(self, sets: list[tuple[np.ndarray, np.ndarray, float]]) -> None:
+        """Fit one booster per ``(X, y, boundary)`` (their mean, if several) and swap it in;
+        the first boundary is the model's."""
         c = self.config
         start = time.perf_counter()
         columns = np.array([1]) if c.weak else None  # weak: the key column only
         previous = self._model
-        warm = (c.warm_start and not c.weak and previous is not None
+        warm = (c.warm_start and not c.weak and len(sets) == 1 and previous is not None
+                and not isinstance(previous.booster, BoosterMean)
                 and previous.booster.num_trees() + c.warm_trees <= 2 * c.num_trees)
-        data = self._lgb.Dataset(X if columns is None else X[:, columns], y, free_raw_data=not warm,
-                                 params={"max_bin": c.max_bin, "verbose": -1,
-                                         "bin_construct_sample_cnt": c.bin_sample})
-        rounds = 1 if c.weak else c.warm_trees if warm else c.num_trees
+        rounds = 1 if c.weak else c.warm_trees if warm else max(1, c.num_trees // len(sets))
+        members = []
         try:
-            booster = self._lgb.train(c.lgb_params(), data, num_boost_round=rounds,
-                                      init_model=previous.booster if warm else None,
-                                      keep_training_booster=warm)
+            for X, y, _ in sets:
+                data = self._lgb.Dataset(X if columns is None else X[:, columns], y, free_raw_data=not warm,
+                                         params={"max_bin": c.max_bin, "verbose": -1,
+                                                 "bin_construct_sample_cnt": c.bin_sample})
+                members.append(self._lgb.train(c.lgb_params(), data, num_boost_round=rounds,
+                                               init_model=previous.booster if warm else None,
+                                               keep_training_booster=warm))
         except Exception as err:  # a failed fit must not take the cache down: keep the old model
             log.warning("LightGBM fit failed, keeping the previous model: %s", err)
             return
+        booster = members[0] if len(members) == 1 else BoosterMean(members)
+        X, boundary = sets[0][0], sets[0][2]
         forest = compile_booster(booster, X.shape[1] if columns is None else len(columns))
         with self._lock:
             self._model = _Model(booster, columns, self.model_version + 1, forest, c.objective, c.rank,
@@ -288,7 +324,7 @@ class LightGBMPredictor(Predictor):
         self.metrics["boundary"] = boundary
         self.metrics["fits"] += 1
         self.metrics["last_fit_seconds"] = time.perf_counter() - start
-        self.metrics["last_fit_samples"] = len(y)
+        self.metrics["last_fit_samples"] = sum(len(y) for _, y, _ in sets)
 
     # -- prediction ----------------------------------------------------------------------
     def predict(self, keys: Sequence[int] | np.ndarray, now: int) -> np.ndarray:
