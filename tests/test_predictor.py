@@ -515,9 +515,10 @@ def test_boundary_mix_is_one_classifier_per_fraction_averaged_in_logit():
     output (the native forest and the boosters agree)."""
     import lightgbm
 
-    stream = np.random.default_rng(5).zipf(1.2, 30_000) % 4_000
-    config = LightGBMConfig(background=False, retrain_every=10**9, objective="belady", rank="probability",
-                            capacity=200)
+    stream = np.random.default_rng(5).zipf(1.2, 60_000) % 4_000
+    # A window small enough to sample (rate < 1); the fits on the way retune the rates.
+    config = LightGBMConfig(background=False, retrain_every=10_000, objective="belady", rank="probability",
+                            capacity=200, window=1_000, min_samples=200)
     assert config.boundary_fractions == (1.0, 0.5)
     model = LightGBMPredictor(config)
     for t, key in enumerate(stream.tolist()):
@@ -530,6 +531,8 @@ def test_boundary_mix_is_one_classifier_per_fraction_averaged_in_logit():
         rows, intervals = history.ripe(model._now, member_boundary)    # ripe after its own boundary
         assert np.array_equal(X, rows, equal_nan=True) and np.array_equal(y, (intervals >= member_boundary).astype(float))
     assert len(sets[1][1]) > len(sets[0][1])        # the B/2 member sees samples sooner
+    first, second = model.histories                  # and samples twice as densely
+    assert first is not second and 0 < first.rate < 0.5 and second.rate == pytest.approx(2 * first.rate)
     members = model._model.booster.members
     params = {"max_bin": config.max_bin, "verbose": -1, "bin_construct_sample_cnt": config.bin_sample}
     for member, (X, y, _) in zip(members, sets):

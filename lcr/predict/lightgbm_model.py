@@ -233,30 +233,29 @@ class LightGBMPredictor(Predictor):
         return None if sets is None else sets[0]
 
     def training_sets(self) -> list[tuple[np.ndarray, np.ndarray, float]] | None:
-        """``(X, y, boundary)`` per member from its ripe samples, and retune each history's
+        """``(X, y, boundary)`` per member from its ripe samples, and retune every history's
         sampling rate so that it spans ``span_factor`` of its horizons; None if a member has
         too few ripe samples or one class only. Call under the lock."""
         c = self.config
         boundary = self.boundary()
         if boundary is None:
             return None
-        sets = []
+        sets, ready = [], True
         for history, fraction in zip(self.histories, c.boundary_fractions):
             member = boundary * fraction if c.objective == "belady" else boundary
             # A classification label is known once the sample is a boundary old.
             horizon = member if c.objective == "belady" else c.horizon_factor * boundary
             history.rate = min(1.0, c.window / (c.span_factor * horizon))
             X, intervals = history.ripe(self._now, horizon)
-            if len(intervals) < c.min_samples:
-                return None
             if c.objective == "belady":
                 y = (intervals >= member).astype(np.float64)  # capped at the boundary: ">=" is "beyond"
-                if y.min() == y.max():
-                    return None  # one class only: nothing to learn yet
+                # too few, or one class only: nothing to learn yet
+                ready &= len(y) >= c.min_samples and y.min() < y.max()
             else:
                 y = np.log1p(intervals) if c.target == "log" else intervals / boundary
+                ready &= len(y) >= c.min_samples
             sets.append((X, y, member))
-        return sets
+        return sets if ready else None
 
     def fit(self) -> bool:
         """Fit on the ripe samples now and swap the model in; False if too few are ripe."""
