@@ -509,44 +509,47 @@ def test_batch_predict_equals_lightgbm_on_the_stored_features(objective, memo):
 
 
 def test_boundary_mix_is_one_classifier_per_fraction_averaged_in_logit():
-    """The default belady model: one member per boundary fraction f, each fitted with
-    num_trees / 2 trees on its own history's ripe samples (a sample ripens after f x B)
-    labelled "back after f x B?", and the answer is the sigmoid of the members' mean raw
-    output (the native forest and the boosters agree)."""
+    """The default belady model: one member per boundary fraction f (B, B/2, B/4), each
+    fitted with num_trees / members trees on its own history's ripe samples (sampled
+    1/f times as densely, ripe after f x B) labelled "back after f x B?", and the answer is
+    the sigmoid of the members' mean raw output (the native forest and the boosters agree)."""
     import lightgbm
 
     stream = np.random.default_rng(5).zipf(1.2, 60_000) % 4_000
     # A window small enough to sample (rate < 1); the fits on the way retune the rates.
     config = LightGBMConfig(background=False, retrain_every=10_000, objective="belady", rank="probability",
-                            capacity=200, window=1_000, min_samples=200)
-    assert config.boundary_fractions == (1.0, 0.5)
+                            capacity=200, window=600, min_samples=100)
+    fractions = config.boundary_fractions
+    assert fractions == (1.0, 0.5, 0.25)
     model = LightGBMPredictor(config)
     for t, key in enumerate(stream.tolist()):
         model.observe(key, t)
     assert model.fit()
     sets = model.training_sets()
     boundary = model.boundary()
-    assert [b for _, _, b in sets] == [boundary, boundary / 2] and model._model.boundary == boundary
+    assert [b for _, _, b in sets] == [boundary * f for f in fractions] and model._model.boundary == boundary
     for history, (X, y, member_boundary) in zip(model.histories, sets):
         rows, intervals = history.ripe(model._now, member_boundary)    # ripe after its own boundary
         assert np.array_equal(X, rows, equal_nan=True) and np.array_equal(y, (intervals >= member_boundary).astype(float))
-    assert len(sets[1][1]) > len(sets[0][1])        # the B/2 member sees samples sooner
-    first, second = model.histories                  # and samples twice as densely
-    assert first is not second and 0 < first.rate < 0.5 and second.rate == pytest.approx(2 * first.rate)
+    sizes = [len(y) for _, y, _ in sets]
+    assert sizes[0] < sizes[1] < sizes[2]            # smaller boundaries see samples sooner
+    rates = [h.rate for h in model.histories]        # and sample more densely, each its own history
+    assert len(set(map(id, model.histories))) == 3 and 0 < rates[0] < 0.25
+    assert rates == pytest.approx([rates[0] / f for f in fractions])
     members = model._model.booster.members
+    trees = config.num_trees // len(fractions)
     params = {"max_bin": config.max_bin, "verbose": -1, "bin_construct_sample_cnt": config.bin_sample}
     for member, (X, y, _) in zip(members, sets):
-        alone = lightgbm.train(config.lgb_params(), lightgbm.Dataset(X, y, params=params),
-                               num_boost_round=config.num_trees // 2)
-        assert member.num_trees() == config.num_trees // 2
+        alone = lightgbm.train(config.lgb_params(), lightgbm.Dataset(X, y, params=params), num_boost_round=trees)
+        assert member.num_trees() == trees
         assert member.model_to_string().split("parameters:")[0] == alone.model_to_string().split("parameters:")[0]
     rows = model.features.matrix[:len(model.features)]
-    mean = sum(m.predict(rows, raw_score=True) for m in members) / 2
+    mean = sum(m.predict(rows, raw_score=True) for m in members) / len(members)
     assert np.allclose(model._model.forest.predict(rows), mean, rtol=1e-12, atol=1e-12)
     keys = np.fromiter(model.features._slot, dtype=np.int64)
     slots = np.array([model.features._slot[k] for k in keys.tolist()])
-    expected = 1 / (1 + np.exp(-sum(m.predict(model.features.matrix[slots], raw_score=True) for m in members) / 2))
-    assert np.allclose(model.predict(keys, len(stream)), expected, rtol=1e-12)
+    raw = sum(m.predict(model.features.matrix[slots], raw_score=True) for m in members) / len(members)
+    assert np.allclose(model.predict(keys, len(stream)), 1 / (1 + np.exp(-raw)), rtol=1e-12)
 
 
 def test_boundary_fractions_are_checked():

@@ -12,8 +12,8 @@ is sampled to span ``span_factor`` x that horizon. Two objectives (``objective``
 - ``regression``: log1p of the time to the next access; the answer is
   ``last access + expm1(output)``.
 - ``belady``: P(next access beyond B), binary log-loss; by default the mean (in logit) of
-  two classifiers, one for B and one for B/2, each fitted on its own sampled history
-  (``boundary_fractions``): the B/2 one learns from samples half as old. A probability is not a time, yet
+  three classifiers, for B, B/2 and B/4, each fitted on its own sampled history
+  (``boundary_fractions``): the smaller boundaries learn from fresher samples. A probability is not a time, yet
   LARU evicts the largest answer, so it is mapped to one (``rank``): ``odds`` answers
   ``last access + B * p / (1 - p)`` (p = 1/2 means "back after one boundary"; an older
   key with the same p ranks first, as in LRU); ``probability`` answers p itself.
@@ -69,7 +69,7 @@ class LightGBMConfig:
     # each with its own sampled history (spanning, and ripe after, its own boundary) and
     # num_trees / len(...) trees, averaged in logit; (1.0,) is one classifier. Measured
     # better than one (docs/predictor.md); the first fraction is the model's boundary.
-    boundary_fractions: tuple[float, ...] = (1.0, 0.5)
+    boundary_fractions: tuple[float, ...] = (1.0, 0.5, 0.25)
     horizon_factor: float = 2.0   # regression labels capped at this many boundaries
     span_factor: float = 2.0      # samples span this many horizons
     warm_start: bool = False
