@@ -531,9 +531,7 @@ def test_boundary_mix_is_one_classifier_per_fraction_averaged_in_logit():
     for history, (X, y, member_boundary) in zip(model.histories, sets):
         rows, intervals = history.ripe(model._now, member_boundary)    # ripe after its own boundary
         assert np.array_equal(X, rows, equal_nan=True) and np.array_equal(y, (intervals >= member_boundary).astype(float))
-    sizes = [len(y) for _, y, _ in sets]
-    assert sizes[0] < sizes[1] < sizes[2]            # smaller boundaries see samples sooner
-    rates = [h.rate for h in model.histories]        # and sample more densely, each its own history
+    rates = [h.rate for h in model.histories]        # smaller boundaries sample more densely
     assert len(set(map(id, model.histories))) == 3 and 0 < rates[0] < 0.25
     assert rates == pytest.approx([rates[0] / f for f in fractions])
     members = model._model.booster.members

@@ -233,15 +233,17 @@ class LightGBMPredictor(Predictor):
         return None if sets is None else sets[0]
 
     def training_sets(self) -> list[tuple[np.ndarray, np.ndarray, float]] | None:
-        """``(X, y, boundary)`` per member from its ripe samples, and retune every history's
-        sampling rate so that it spans ``span_factor`` of its horizons; None if a member has
-        too few ripe samples or one class only. Call under the lock."""
+        """``(X, y, boundary)`` per member ready to fit (enough ripe samples, and for belady
+        both classes), and retune every history's sampling rate so that it spans
+        ``span_factor`` of its horizons. None unless the first member (the model's boundary)
+        is ready; a smaller-boundary member that is not (e.g. every sample back within it)
+        sits this fit out. Call under the lock."""
         c = self.config
         boundary = self.boundary()
         if boundary is None:
             return None
-        sets, ready = [], True
-        for history, fraction in zip(self.histories, c.boundary_fractions):
+        sets = []
+        for j, (history, fraction) in enumerate(zip(self.histories, c.boundary_fractions)):
             member = boundary * fraction if c.objective == "belady" else boundary
             # A classification label is known once the sample is a boundary old.
             horizon = member if c.objective == "belady" else c.horizon_factor * boundary
@@ -249,13 +251,15 @@ class LightGBMPredictor(Predictor):
             X, intervals = history.ripe(self._now, horizon)
             if c.objective == "belady":
                 y = (intervals >= member).astype(np.float64)  # capped at the boundary: ">=" is "beyond"
-                # too few, or one class only: nothing to learn yet
-                ready &= len(y) >= c.min_samples and y.min() < y.max()
+                ready = len(y) >= c.min_samples and y.min() < y.max()  # else nothing to learn yet
             else:
                 y = np.log1p(intervals) if c.target == "log" else intervals / boundary
-                ready &= len(y) >= c.min_samples
-            sets.append((X, y, member))
-        return sets if ready else None
+                ready = len(y) >= c.min_samples
+            if not ready and j == 0:
+                return None
+            if ready:
+                sets.append((X, y, member))
+        return sets
 
     def fit(self) -> bool:
         """Fit on the ripe samples now and swap the model in; False if too few are ripe."""
