@@ -85,7 +85,7 @@ class LightGBMNodePredictor(Predictor):
         from lcr.predict.lightgbm_model import LightGBMConfig, LightGBMPredictor
 
         extra = {} if min_samples is None else {"min_samples": min_samples}
-        # One classifier: the two-boundary mix was measured on flat traces with LARU's
+        # One classifier: the boundary mix was measured on flat traces with LARU's
         # probability rank, not on the radix cache's aging rank (docs/kv.md's tables).
         self.model = LightGBMPredictor(LightGBMConfig(
             seed=seed, background=background, retrain_every=retrain_every, objective=objective, rank=rank,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+
 class BoosterMean:
     """Several boosters read as one: the mean of their raw outputs (a mix of classifiers,
     one per label boundary; ``LightGBMConfig.boundary_fractions``)."""
@@ -21,9 +22,6 @@ class BoosterMean:
 
     def num_trees(self) -> int:
         return sum(m.num_trees() for m in self.members)
-
-    def num_feature(self) -> int:
-        return self.members[0].num_feature()
 
 
 # LightGBM's decision_type bits: categorical, default left, then the missing type.

@@ -13,9 +13,9 @@ is sampled to span ``span_factor`` x that horizon. Two objectives (``objective``
   ``last access + expm1(output)``.
 - ``belady``: P(next access beyond B), binary log-loss; by default the mean (in logit) of
   three classifiers, for B, B/2 and B/4, each fitted on its own sampled history
-  (``boundary_fractions``): the smaller boundaries learn from fresher samples. A probability is not a time, yet
-  LARU evicts the largest answer, so it is mapped to one (``rank``): ``odds`` answers
-  ``last access + B * p / (1 - p)`` (p = 1/2 means "back after one boundary"; an older
+  (``boundary_fractions``): the smaller boundaries learn from fresher samples. A
+  probability is not a time, yet LARU evicts the largest answer, so it is mapped to one
+  (``rank``): ``odds`` answers ``last access + B * p / (1 - p)`` (p = 1/2 means "back after one boundary"; an older
   key with the same p ranks first, as in LRU); ``probability`` answers p itself.
 
 ``warm_start``: a refit continues the previous booster with ``warm_trees`` new trees on
