@@ -9,23 +9,27 @@ closed = (X - LRU) / (OPT - LRU) and model time per request (feature updates, sa
 fits and predictions, all on one core); writes benchmarks/results/learned_gap.json and,
 with --plot, a PNG. The model reads the static metadata each trace carries (embedding
 table, tokens from root, object size: ``lcr.traces.static``) unless --no-static.
-Traces longer than --max-requests are cut to their first requests.
+Traces longer than --max-requests are cut to their first requests. ``--trace FILE``
+(repeatable) runs the same table on your own traces instead, any format ``lcr sim`` reads.
 ``--generated`` runs the same cells on lcr's generated traces instead (zipf, loop, scan
 and a planted-periodic trace): a check that a choice tuned on the shared traces does
 not hurt elsewhere.
 
     python benchmarks/learned_gap.py [--data ../shared/data] [--plot docs/img/learned_gap.png]
     python benchmarks/learned_gap.py --generated --out benchmarks/results/learned_gap_generated.json
+    python benchmarks/learned_gap.py --trace my.trace [--format oracleGeneral] --out my_gap.json
 """
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
+from lcr.errors import LcrInputError
 from lcr.policies import POLICIES
 from lcr.predict.features import FeatureConfig
 from lcr.predict.lightgbm_model import LightGBMConfig
@@ -91,8 +95,8 @@ def planted_periodic(seed: int = 0, length: int = 100_000) -> Trace:
     return Trace(np.array([key for _, key in events]), name="planted-periodic")
 
 
-def load(path: Path, max_requests: int) -> Trace:
-    trace = load_movielens(path) if path.suffix == ".inter" else load_trace(str(path))
+def load(path: Path, max_requests: int, fmt: str | None = None) -> Trace:
+    trace = load_movielens(path) if path.suffix == ".inter" and fmt is None else load_trace(str(path), fmt)
     return trace.head(max_requests) if len(trace) > max_requests else trace
 
 
@@ -195,6 +199,9 @@ def main() -> None:
     parser.add_argument("--plot", help="write the gap-closed bar chart here")
     parser.add_argument("--max-requests", type=int, default=300_000)
     parser.add_argument("--traces", help="comma-separated substrings: only traces whose path has one")
+    parser.add_argument("--trace", action="append", metavar="FILE",
+                        help="run on this trace file instead of the shared ones (repeatable)")
+    parser.add_argument("--format", help="the --trace files' format, as lcr sim --format (default: detected)")
     parser.add_argument("--variants", help=f"comma-separated subset of {', '.join(VARIANTS)}")
     parser.add_argument("--markdown", action="store_true", help="print the tables of docs/predictor.md")
     parser.add_argument("--seed", type=int, default=0,
@@ -211,14 +218,14 @@ def main() -> None:
             if not args.traces or any(s in spec for s in args.traces.split(",")):
                 trace = planted_periodic() if spec == "planted-periodic" else generate(spec)
                 rows += run_trace(trace, variants, heuristics, args.seed, args.static)
-    for relative in [] if args.generated else TRACES:
+    for relative in [] if args.generated else args.trace or TRACES:
         if args.traces and not any(s in relative for s in args.traces.split(",")):
             continue
-        path = Path(args.data) / relative
-        if not path.exists():
+        path = Path(relative) if args.trace else Path(args.data) / relative
+        if not path.exists() and not args.trace:
             print(f"skipping {path}: not present")
             continue
-        rows += run_trace(load(path, args.max_requests), variants, heuristics, args.seed, args.static)
+        rows += run_trace(load(path, args.max_requests, args.format), variants, heuristics, args.seed, args.static)
     summary = summarize(rows, heuristics)
     for name, s in summary.items():
         print(f"{name:24s} mean gap closed {s['mean_gap_closed']:+.1%} (median {s['median_gap_closed']:+.1%}); "
@@ -236,4 +243,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except LcrInputError as err:
+        print(f"learned_gap.py: error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None

@@ -1,6 +1,6 @@
-"""Learned sweeps predict once: one pass per trace and predictor, shared by every policy
-and cache size, kept on disk by trace content and settings, identical to computing it
-for every run."""
+"""Learned sweeps predict once: one pass per trace and predictor (and cache size, for the
+model whose boundary is per size), shared by every policy, kept on disk by trace content
+and settings, identical to computing it for every run."""
 from __future__ import annotations
 
 import numpy as np
@@ -24,13 +24,13 @@ def trace():
 
 @pytest.fixture
 def passes(monkeypatch):
-    """Counts calls of the real pass function (it still runs)."""
+    """Records each call of the real pass function (it still runs): its model's capacity."""
     calls = []
     real = replayed_module.replayed_predictions
 
-    def counted(*args, **kwargs):
-        calls.append(1)
-        return real(*args, **kwargs)
+    def counted(trace, config, *args, **kwargs):
+        calls.append(config.capacity)
+        return real(trace, config, *args, **kwargs)
 
     monkeypatch.setattr(replayed_module, "replayed_predictions", counted)
     return calls
@@ -40,25 +40,29 @@ def outcome(results):
     return [(r.policy, r.capacity, r.misses, r.stats) for r in results]
 
 
-def test_a_sweep_makes_one_pass_and_equals_a_pass_per_run(trace, passes, tmp_path):
+@pytest.mark.parametrize("name, per_size", [("lightgbm", True), ("lightgbm-compact", False)])
+def test_a_sweep_makes_one_pass_and_equals_a_pass_per_run(trace, passes, tmp_path, name, per_size):
     cache = PredictionCache(tmp_path)
-    shared = run_sweep(trace, SPECS, SIZES, "lightgbm", predictions=cache)
-    assert len(passes) == 1 and cache.passes == 1 and cache.loaded == 0
-    assert all(r.predictor == "lightgbm:async" for r in shared if r.policy != "lru")
+    shared = run_sweep(trace, SPECS, SIZES, name, predictions=cache)
+    # The classifier learns its boundary for each cache size: one pass per size, each for its size.
+    assert passes == (SIZES if per_size else [None])
+    assert cache.passes == len(passes) and cache.loaded == 0
+    computed = cache.passes
+    assert all(r.predictor == f"{name}:async" for r in shared if r.policy != "lru")
 
     passes.clear()
-    separate = [run_one(trace, spec, size, "lightgbm:async", predictions=PredictionCache("off"))
+    separate = [run_one(trace, spec, size, f"{name}:async", predictions=PredictionCache("off"))
                 for size in SIZES for spec in SPECS]
     assert len(passes) == 3 * 3  # the old way: every predictive run redoes the pass
     by_key = {(r.policy, r.capacity): r for r in separate}
     assert [(p, c, m, s) for p, c, m, s in outcome(shared)] == \
            [(p, c, by_key[p, c].misses, by_key[p, c].stats) for p, c, _, _ in outcome(shared)]
 
-    # A rerun reads the pass from disk: no pass, the same results.
+    # A rerun reads the passes from disk: none computed, the same results.
     passes.clear()
     again = PredictionCache(tmp_path)
-    assert outcome(run_sweep(trace, SPECS, SIZES, "lightgbm", predictions=again)) == outcome(shared)
-    assert passes == [] and again.passes == 0 and again.loaded == 1
+    assert outcome(run_sweep(trace, SPECS, SIZES, name, predictions=again)) == outcome(shared)
+    assert passes == [] and again.passes == 0 and again.loaded == computed
 
 
 def test_the_key_covers_trace_content_and_settings(trace, passes, tmp_path, monkeypatch):
@@ -66,12 +70,14 @@ def test_the_key_covers_trace_content_and_settings(trace, passes, tmp_path, monk
     first = cache.get("lightgbm:async", trace)
     PredictionCache(tmp_path).get("lightgbm:async", trace, seed=1)       # other settings
     PredictionCache(tmp_path).get("lightgbm-compact:async", trace)       # other predictor
+    PredictionCache(tmp_path).get("lightgbm:async;window=30000", trace)  # other schedule
+    PredictionCache(tmp_path).get("lightgbm:async", trace, capacity=50)  # other cache size
     other = generate("zipf:requests=24000,keys=3000,alpha=0.9,seed=6")
     PredictionCache(tmp_path).get("lightgbm:async", other)               # other content
-    assert len(passes) == 4
+    assert len(passes) == 6
     same = generate("zipf:requests=24000,keys=3000,alpha=0.9,seed=5")    # same content, new object
     assert np.array_equal(PredictionCache(tmp_path).get("lightgbm:async", same), first, equal_nan=True)
-    assert len(passes) == 4
+    assert len(passes) == 6
     # A changed model setting (as a reworked predictor would bring) is a new pass.
     import dataclasses
 
@@ -79,10 +85,10 @@ def test_the_key_covers_trace_content_and_settings(trace, passes, tmp_path, monk
 
     real = lcr.predict.learned_config
     monkeypatch.setattr(lcr.predict, "learned_config",
-                        lambda base, seed=0, trace=None: dataclasses.replace(
-                            real(base, seed, trace), retrain_every=real(base, seed, trace).retrain_every + 1))
+                        lambda name, seed=0, trace=None, capacity=None: dataclasses.replace(
+                            real(name, seed, trace, capacity), min_samples=999))
     PredictionCache(tmp_path).get("lightgbm:async", trace)
-    assert len(passes) == 5
+    assert len(passes) == 7
 
 
 def test_the_key_covers_the_static_columns_the_model_reads(trace, passes, tmp_path):
@@ -109,4 +115,6 @@ def test_learned_names_default_to_the_async_replay():
     assert resolve_predictor("lightgbm") == "lightgbm:async"
     assert resolve_predictor("lightgbm-weak") == "lightgbm-weak:async"
     assert resolve_predictor("lightgbm:sync") == "lightgbm:sync"
+    assert resolve_predictor("lightgbm:retrain_every=2500;window=80000") == \
+        "lightgbm:async;retrain_every=2500;window=80000"
     assert resolve_predictor("oracle") == "oracle"

@@ -11,7 +11,7 @@ import pytest
 
 from lcr.errors import LcrInputError
 from lcr.policies import LARU, LRU, PredictionTable, PolicyStats
-from lcr.predict import PREDICTORS, make_predictor, parse_predictor_name
+from lcr.predict import PREDICTORS, make_predictor, parse_predictor, parse_predictor_name
 from lcr.predict.async_predictor import AsyncConfig, AsyncPredictor
 from lcr.predict.base import Predictor
 from lcr.predict.features import FeatureConfig, FeatureStore
@@ -239,13 +239,41 @@ def test_async_min_interval_spaces_tasks():
 def test_registry_names_and_modes():
     assert {"lightgbm", "lightgbm:async", "lightgbm-weak:sync", "oracle"} <= set(PREDICTORS)
     assert parse_predictor_name("lightgbm:async") == ("lightgbm", "async")
-    with pytest.raises(LcrInputError, match="unknown predictor"):
-        parse_predictor_name("lightgbm:later")
+    assert parse_predictor("lightgbm:retrain_every=2500; window=80000") == \
+        ("lightgbm", None, {"retrain_every": 2500, "window": 80000})
+    assert parse_predictor("lightgbm-weak:sync;window=9") == ("lightgbm-weak", "sync", {"window": 9})
+    for bad, why in [("lightgbm:later", "unexpected 'later'"), ("lightgbm:window=0", "window must be a positive"),
+                     ("lightgbm:window=x", "window must be a positive"), ("oracle:window=5", "unexpected 'window=5'"),
+                     ("lightgbm:async;sync", "unexpected 'sync'"), ("lightgbm:window=5;window=6", "unexpected"),
+                     ("lightgbm:trees=5", "unexpected 'trees=5'"), ("lightgbmx", "unknown predictor")]:
+        with pytest.raises(LcrInputError, match=why):
+            parse_predictor(bad)
     from lcr.traces import generate
 
     trace = generate("zipf:requests=1000,keys=100,alpha=1.0,seed=0")
     with pytest.raises(LcrInputError, match="noise"):
         make_predictor("lightgbm", trace, noise=0.5)
+
+
+def test_learned_names_are_the_measured_models_with_their_schedule():
+    """``lightgbm`` is docs/predictor.md's model: the relaxed-Belady classifier ranked by its
+    probability, its boundary for the cache it serves; the name's options set its schedule.
+    The compact and weak models stay the paper's regressions, one model for every size."""
+    from lcr.predict import learned_config
+    from lcr.predict.lightgbm_model import LightGBMConfig
+
+    c = learned_config("lightgbm:async;retrain_every=2500;window=80000", seed=3, capacity=700)
+    assert (c.objective, c.rank, c.capacity, c.retrain_every, c.window, c.seed) == \
+        ("belady", "probability", 700, 2500, 80000, 3)
+    assert c.boundary_fractions == LightGBMConfig().boundary_fractions and c.features.mode == "full"
+    default = learned_config("lightgbm")
+    assert (default.retrain_every, default.window, default.capacity) == (5000, 40000, None)
+    for name in ("lightgbm-compact", "lightgbm-weak"):
+        c = learned_config(name, capacity=700)
+        assert (c.objective, c.rank, c.capacity, c.features.mode) == ("regression", "time", None, "compact")
+    assert learned_config("lightgbm-weak").weak and not learned_config("lightgbm-compact").weak
+    with pytest.raises(LcrInputError, match="not a learned model"):
+        learned_config("oracle")
 
 
 def test_sim_runs_laru_with_the_online_model():

@@ -2,8 +2,9 @@
 model, and the registry the simulator and caches pick from by name.
 
 Registry names: the experiment predictors (``oracle``, ``lognormal``, ``constant``),
-and ``lightgbm``, ``lightgbm-compact``, ``lightgbm-weak``, each optionally suffixed
-``:sync`` or ``:async`` to choose how the policies query it.
+and ``lightgbm``, ``lightgbm-compact``, ``lightgbm-weak``. After a colon, ``;``-separated
+items: ``sync`` or ``async`` (how the policies query it) and, for a learned model, its
+schedule: ``lightgbm:async;retrain_every=2500;window=80000``.
 """
 from __future__ import annotations
 
@@ -18,16 +19,47 @@ from lcr.traces import Trace
 #: Online-trained models; the LightGBM import itself waits until one is built.
 LEARNED = ("lightgbm", "lightgbm-compact", "lightgbm-weak")
 QUERY_MODES = ("sync", "async")
+#: Settings a learned model's name may carry (``LightGBMConfig`` fields): its schedule.
+LEARNED_OPTIONS = ("retrain_every", "window")
 PREDICTORS = (*EXPERIMENTAL, *(f"{base}{suffix}" for base in LEARNED
                               for suffix in ("", ":sync", ":async")))
+PREDICTOR_HELP = (f"{', '.join(EXPERIMENTAL)} or {', '.join(LEARNED)}; after a colon, ';'-separated: "
+                  f"sync or async, and for a learned model {'=N, '.join(LEARNED_OPTIONS)}=N "
+                  f"(e.g. lightgbm:async;window=80000)")
+
+
+def parse_predictor(name: str) -> tuple[str, str | None, dict[str, int]]:
+    """``lightgbm:async;window=80000`` -> ``("lightgbm", "async", {"window": 80000})``;
+    no mode given -> mode None. Raises ``LcrInputError`` naming the bad part."""
+    base, _, rest = name.partition(":")
+    if base not in EXPERIMENTAL and base not in LEARNED:
+        raise LcrInputError(f"unknown predictor {name!r}; valid: {PREDICTOR_HELP}")
+    mode, options = None, {}
+    for item in filter(None, (part.strip() for part in rest.split(";"))):
+        key, eq, value = item.partition("=")
+        if not eq and key in QUERY_MODES and mode is None:
+            mode = key
+        elif eq and base in LEARNED and key in LEARNED_OPTIONS and key not in options:
+            try:
+                options[key] = int(value)
+            except ValueError:
+                options[key] = 0
+            if options[key] < 1:
+                raise LcrInputError(f"predictor {name!r}: {key} must be a positive integer, got {value!r}")
+        else:
+            raise LcrInputError(f"predictor {name!r}: unexpected {item!r}; valid: {PREDICTOR_HELP}")
+    return base, mode, options
 
 
 def parse_predictor_name(name: str) -> tuple[str, str | None]:
-    """``lightgbm:async`` -> ``("lightgbm", "async")``; no suffix -> mode None."""
-    base, _, mode = name.partition(":")
-    if base not in EXPERIMENTAL and base not in LEARNED or (mode and mode not in QUERY_MODES):
-        raise LcrInputError(f"unknown predictor {name!r}; valid: {', '.join(PREDICTORS)}")
-    return base, mode or None
+    """``lightgbm:async`` -> ``("lightgbm", "async")``; no mode -> mode None."""
+    return parse_predictor(name)[:2]
+
+
+def format_predictor(base: str, mode: str | None, options: dict[str, int]) -> str:
+    """The inverse of ``parse_predictor``."""
+    items = ([mode] if mode else []) + [f"{key}={value}" for key, value in options.items()]
+    return f"{base}:{';'.join(items)}" if items else base
 
 
 def has_prediction_array(name: str) -> bool:
@@ -38,42 +70,56 @@ def has_prediction_array(name: str) -> bool:
     return base in EXPERIMENTAL or mode == "async"
 
 
-def make_predictions(name: str, trace: Trace, noise: float = 0.0, seed: int = 0) -> np.ndarray:
-    """The prediction made at every request of ``trace``; see ``has_prediction_array``."""
+def make_predictions(name: str, trace: Trace, noise: float = 0.0, seed: int = 0,
+                     capacity: int | None = None) -> np.ndarray:
+    """The prediction made at every request of ``trace``; see ``has_prediction_array``.
+    ``capacity``: the cache size a learned model's boundary is for (``learned_config``)."""
     if not has_prediction_array(name):
         raise LcrInputError(f"predictor {name!r} has no prediction array; it answers during the replay")
     base, _ = parse_predictor_name(name)
     if base in EXPERIMENTAL:
         return EXPERIMENTAL[base](trace, noise, seed)
-    return make_predictor(name, trace, noise, seed).values
+    return make_predictor(name, trace, noise, seed, capacity).values
 
 
-def make_predictor(name: str, trace: Trace, noise: float = 0.0, seed: int = 0) -> Predictor:
-    """A fresh predictor for one replay of ``trace``."""
+def make_predictor(name: str, trace: Trace, noise: float = 0.0, seed: int = 0,
+                   capacity: int | None = None) -> Predictor:
+    """A fresh predictor for one replay of ``trace`` (by a cache of ``capacity`` keys)."""
     base, mode = parse_predictor_name(name)
     if base in EXPERIMENTAL:
         return ArrayPredictor(EXPERIMENTAL[base](trace, noise, seed), name=f"{base}(noise={noise:g})")
     if noise:
         raise LcrInputError(f"predictor {name!r} learns from the trace; --noise applies only to "
                             f"{', '.join(EXPERIMENTAL)}")
-    return make_learned_predictor(base, mode, trace, seed)
+    return make_learned_predictor(name, trace, seed, capacity)
 
 
-def learned_config(base: str, seed: int = 0, trace: Trace | None = None):
-    """The online model's settings for registry name ``base``; given a trace, the full
-    feature layout also reads the static metadata it carries (``lcr.traces.static``)."""
+def learned_config(name: str, seed: int = 0, trace: Trace | None = None, capacity: int | None = None):
+    """The online model's settings for registry name ``name`` (with its schedule options).
+
+    ``lightgbm`` is the relaxed-Belady classifier ranked by its probability, with its
+    boundary for a cache of ``capacity`` keys (None: ``capacity_fraction`` of the keys seen),
+    the model docs/predictor.md measures; given a trace, it also reads the static metadata
+    the trace carries (``lcr.traces.static``). ``lightgbm-compact`` is the paper's
+    four-feature DLRM model and ``lightgbm-weak`` the robustness model (one tree, one
+    feature), both regressions on the time to the next access, the same for every size."""
     from lcr.predict.features import FeatureConfig
     from lcr.predict.lightgbm_model import LightGBMConfig
     from lcr.traces.static import static_fields
 
-    mode = "compact" if base == "lightgbm-compact" else "full"
-    static = static_fields(trace) if trace is not None and mode == "full" and base != "lightgbm-weak" else ()
+    base, _, options = parse_predictor(name)
+    if base not in LEARNED:
+        raise LcrInputError(f"predictor {name!r} is not a learned model; valid: {', '.join(LEARNED)}")
+    full = base == "lightgbm"
+    static = static_fields(trace) if trace is not None and full else ()
+    classifier = dict(objective="belady", rank="probability", capacity=capacity) if full else {}
     # Fits run inline in the simulator so that a replay is reproducible.
     return LightGBMConfig(seed=seed, background=False, weak=base == "lightgbm-weak",
-                          features=FeatureConfig(mode=mode, static_fields=static))
+                          features=FeatureConfig(mode="full" if full else "compact", static_fields=static),
+                          **classifier, **options)
 
 
-def make_learned_predictor(base: str, mode: str | None, trace: Trace, seed: int = 0) -> Predictor:
+def make_learned_predictor(name: str, trace: Trace, seed: int = 0, capacity: int | None = None) -> Predictor:
     """Sync: the online model itself, queried at each eviction. Async: what that model
     answers right after each access, computed in one pass (``lcr.predict.replayed``),
     the exact zero-lag async semantics, reproducible and usable by the native engines.
@@ -81,13 +127,14 @@ def make_learned_predictor(base: str, mode: str | None, trace: Trace, seed: int 
     from lcr.predict.lightgbm_model import LightGBMPredictor
     from lcr.predict.replayed import TraceMetadataFeed, replayed_predictions
 
-    config = learned_config(base, seed, trace)
+    base, mode = parse_predictor_name(name)
+    config = learned_config(name, seed, trace, capacity)
     if mode == "async":
         return ArrayPredictor(replayed_predictions(trace, config), name=f"{base}:async")
     model = LightGBMPredictor(config)
     return TraceMetadataFeed(model, trace) if config.features.static_fields else model
 
 
-__all__ = ["Predictor", "ArrayPredictor", "PREDICTORS", "LEARNED", "make_predictor", "make_predictions", "has_prediction_array",
-           "learned_config",
-           "parse_predictor_name", "oracle_predictions", "true_next_times"]
+__all__ = ["Predictor", "ArrayPredictor", "PREDICTORS", "PREDICTOR_HELP", "LEARNED", "LEARNED_OPTIONS",
+           "make_predictor", "make_predictions", "has_prediction_array", "learned_config",
+           "parse_predictor", "parse_predictor_name", "format_predictor", "oracle_predictions", "true_next_times"]

@@ -7,7 +7,7 @@ from lcr.errors import LcrInputError
 from lcr.guards import check_output_path
 from lcr.sim.args import (PLOT_SUFFIXES, check_limit, check_seed, parse_noises,
                           parse_sizes)
-from lcr.predict import PREDICTORS
+from lcr.predict import PREDICTOR_HELP
 from lcr.sim import moe as moe_sim
 from lcr.sim.progress import maybe_progress
 from lcr.sim.predictions import PredictionCache, check_cache_directory, resolve_predictor
@@ -44,11 +44,15 @@ def register(subparsers) -> None:
     p.add_argument("--policies", help="comma-separated policy names, each optionally name:param=value,... "
                                       "(separate those with ';'); default lru,opt,fpb,hf,laru "
                                       "(moe: opt,lru,llru,lru_dist,marker,opt_dist)")
-    p.add_argument("--predictor", default="oracle", choices=PREDICTORS,
-                   help="oracle/lognormal/constant (experiments, with --noise), or a learned model: "
-                        "lightgbm[-compact|-weak] is the online model queried async, computed in one "
-                        "exact pass per trace shared by every policy and size (and cached on disk); "
-                        "add :sync to query it at each eviction instead (Python engine, slow)")
+    p.add_argument("--predictor", default="oracle", metavar="NAME",
+                   help=f"{PREDICTOR_HELP}. oracle/lognormal/constant: experiments, with --noise. "
+                        "lightgbm: the online relaxed-Belady classifier, its boundary learned for each "
+                        "cache size; lightgbm-compact: the paper's 4-feature DLRM regression; "
+                        "lightgbm-weak: 1 tree, 1 feature. Learned models are queried async, computed "
+                        "in one exact pass per trace (per size for lightgbm) shared by every policy "
+                        "and cached on disk; :sync queries the model at each eviction instead (Python "
+                        "engine, slow). retrain_every/window: accesses between fits and samples kept "
+                        "(default 5000, 40000; docs/predictor.md's best: 2500, 80000)")
     p.add_argument("--prediction-cache", default=None, metavar="DIR|off",
                    help="where learned prediction passes are kept between runs, keyed by the trace's "
                         "content and the predictor settings (default: $LCR_CACHE_DIR or "

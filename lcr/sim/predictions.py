@@ -1,5 +1,6 @@
-"""Prediction arrays for a sweep: each computed once per trace and predictor, reused by
-every policy and cache size, and (learned ones) kept on disk so reruns are instant.
+"""Prediction arrays for a sweep: each computed once per trace and predictor (and cache
+size, where the model learns per size), reused by every policy, and (learned ones) kept
+on disk so reruns are instant.
 
 A predictor "with an array" (``lcr.predict.has_prediction_array``) answers request i
 the same way whatever the cache does, so a sweep needs its array once. The learned
@@ -9,8 +10,8 @@ trains the online model over the whole trace. Its file is keyed by
 - the trace's content (SHA-256 of the keys, which is all the features read),
 - the predictor's name, seed and full settings (``repr`` of ``learned_config``),
 - a hash of the ``lcr.predict`` sources, so a changed model never reads old answers,
-- the cache size, for predictors whose settings take one (``learned_config`` with a
-  ``capacity`` parameter): those get one pass per size.
+- the cache size, for models whose boundary is for one (``lightgbm``: the relaxed-Belady
+  classifier learns per cache size), which get one pass per size.
 
 Files are written whole through a rename, so a crashed run never leaves a torn one; an
 unreadable or wrong-length file is recomputed. Not thread-safe: one sweep uses one cache.
@@ -18,7 +19,6 @@ unreadable or wrong-length file is recomputed. Not thread-safe: one sweep uses o
 from __future__ import annotations
 
 import hashlib
-import inspect
 import json
 import logging
 import os
@@ -46,11 +46,12 @@ def default_directory() -> Path:
 
 def resolve_predictor(name: str) -> str:
     """A learned model named without a query mode means its fast exact replay (async):
-    ``lightgbm`` -> ``lightgbm:async``. ``:sync`` only when asked for."""
-    from lcr.predict import LEARNED, parse_predictor_name
+    ``lightgbm`` -> ``lightgbm:async``, ``lightgbm:window=80000`` ->
+    ``lightgbm:async;window=80000``. ``:sync`` only when asked for."""
+    from lcr.predict import LEARNED, format_predictor, parse_predictor
 
-    base, mode = parse_predictor_name(name)
-    return f"{base}:async" if base in LEARNED and mode is None else name
+    base, mode, options = parse_predictor(name)
+    return format_predictor(base, "async", options) if base in LEARNED and mode is None else name
 
 
 def trace_digest(trace: Trace) -> str:
@@ -78,10 +79,6 @@ def _code_digest() -> str:
     for path in sorted(Path(package.__file__).parent.glob("*.py")):
         digest.update(path.name.encode() + path.read_bytes())
     return digest.hexdigest()[:16]
-
-
-def _takes(func, name: str) -> bool:
-    return name in inspect.signature(func).parameters
 
 
 class PredictionCache:
@@ -119,8 +116,8 @@ class PredictionCache:
             if key not in self._memory:
                 self._memory[key] = make_predictions(name, trace, noise, seed)
             return self._memory[key]
-        sized = _takes(learned_config, "capacity")
-        config = learned_config(base, seed, trace, capacity=capacity) if sized else learned_config(base, seed, trace)
+        config = learned_config(name, seed, trace, capacity)
+        sized = config.capacity is not None  # a boundary for this cache size: one pass per size
         # The static columns the model reads are part of the trace's content for it.
         content = trace_digest(trace) + static_digest(trace, config.features.static_fields)
         key = (name, content, noise, seed, capacity if sized else None)
@@ -133,10 +130,9 @@ class PredictionCache:
         digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:32]
         values = self._load(digest, len(trace))
         if values is None:
-            extra = {"capacity": capacity} if _takes(make_predictions, "capacity") else {}
             wall, cpu = time.perf_counter(), time.process_time()
             with _PassTicker(f"{name} prediction pass over {len(trace):,} requests", self.progress):
-                values = np.ascontiguousarray(make_predictions(name, trace, noise, seed, **extra),
+                values = np.ascontiguousarray(make_predictions(name, trace, noise, seed, key[4]),
                                               dtype=np.float64)
             self.pass_seconds["wall"] += time.perf_counter() - wall
             self.pass_seconds["cpu"] += time.process_time() - cpu

@@ -129,7 +129,7 @@ def _replay_python(trace: Trace, spec: PolicySpec, capacity: int, predictor_name
         predictor = ArrayPredictor(predictions.get(predictor_name, trace, noise, seed, capacity),
                                    name=predictor_name)
     elif spec.uses_predictions:  # the sync online model answers during the replay
-        predictor = make_predictor(predictor_name, trace, noise, seed)
+        predictor = make_predictor(predictor_name, trace, noise, seed, capacity)
     try:
         policy = make_policy(spec.name, capacity, predictor=predictor, next_use=trace.next_use, **params)
     except (TypeError, ValueError) as err:
