@@ -32,7 +32,7 @@ import numpy as np
 from lcr.errors import LcrInputError
 from lcr.policies import POLICIES
 from lcr.predict.features import FeatureConfig
-from lcr.predict.lightgbm_model import LightGBMConfig
+from lcr.predict.lightgbm_model import BELADY_CLASSIFIER, LightGBMConfig
 from lcr.predict.replayed import replay_model
 from lcr.sim.native import native_replay
 from lcr.sim.report import machine_description
@@ -52,11 +52,11 @@ HEURISTICS = ("arc", "lirs", "s3fifo", "wtinylfu")
 VARIANTS = {
     "regression": dict(objective="regression"),
     "belady": dict(objective="belady", rank="time"),
-    "belady-p": dict(objective="belady", rank="probability"),
+    "belady-p": BELADY_CLASSIFIER,
     # Refitted twice as often on twice the samples: fresher models, about 3x the fit time.
-    "belady-p-fresh": dict(objective="belady", rank="probability", retrain_every=2_500, window=80_000),
+    "belady-p-fresh": dict(BELADY_CLASSIFIER, retrain_every=2_500, window=80_000),
     # Refitted every 1,000 accesses (5x the fits): the trend of freshness, not a default.
-    "belady-p-r1000": dict(objective="belady", rank="probability", retrain_every=1_000),
+    "belady-p-r1000": dict(BELADY_CLASSIFIER, retrain_every=1_000),
     # The robustness model: one tree over one feature (the key id).
     "weak": dict(weak=True),
 }

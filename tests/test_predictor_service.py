@@ -4,6 +4,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import dataclasses
 import multiprocessing
 import os
 import signal
@@ -98,6 +99,44 @@ def test_observe_train_predict_round_trip(service):
     assert b'"model_version":1' in health
     assert client.metrics["fallbacks"] == 0
     client.close()
+
+
+def test_the_belady_classifier_served_ranks_by_its_probability():
+    """``serve-predictor --objective belady --capacity 16``: the classifier lcr sim measures,
+    its answers probabilities that rise with a key's period; a one-off key's is high."""
+    from lcr.cli import build_parser
+    from lcr.predict.cli import service_model_config
+
+    args = build_parser().parse_args(["serve-predictor", "--objective", "belady", "--capacity", "16",
+                                      "--retrain-every", "999999999", "--window", "4000"])
+    config = service_model_config(args)
+    assert (config.objective, config.rank, config.capacity, config.background) == ("belady", "probability", 16, True)
+    model = dataclasses.replace(config, background=False, min_samples=200, min_data_in_leaf=5)
+    periods = {key: 20 + 15 * key for key in range(6)}
+    keys = [k for t in range(6000) for k in [key for key, p in periods.items() if t % p == 0] + [1000 + t]]
+    with ServerThread(create_app(model, token=TOKEN)) as server:
+        client = RemotePredictor(server.url, deadline_s=2.0, token=TOKEN, flush_every=512)
+        for t, key in enumerate(keys):
+            client.observe(key, t)
+        assert client.train()
+        answers = client.predict([*periods, keys[-1]], len(keys))
+        assert client.metrics["fallbacks"] == 0 and client.metrics["sent_observations"] == len(keys)
+        client.close()
+    assert ((0 <= answers) & (answers <= 1)).all()
+    # periods 20 | 35, 50 | 65, 80, 95 (in steps; a one-off key per step in between)
+    assert answers[0] < 0.5 < answers[1:3].min() <= answers[1:3].max() < answers[3:6].min()
+    assert answers[-1] > 0.5
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--objective", "belady", "--weak"], "--weak is the regression"),
+    (["--capacity", "0"], "--capacity must be at least 1"),
+])
+def test_served_model_flags_are_checked(flags, message, capsys):
+    from lcr.cli import main
+
+    assert main(["serve-predictor", *flags]) == 2
+    assert message in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("path, body, status, message", [

@@ -104,7 +104,7 @@ def learned_config(name: str, seed: int = 0, trace: Trace | None = None, capacit
     four-feature DLRM model and ``lightgbm-weak`` the robustness model (one tree, one
     feature), both regressions on the time to the next access, the same for every size."""
     from lcr.predict.features import FeatureConfig
-    from lcr.predict.lightgbm_model import LightGBMConfig
+    from lcr.predict.lightgbm_model import BELADY_CLASSIFIER, LightGBMConfig
     from lcr.traces.static import static_fields
 
     base, _, options = parse_predictor(name)
@@ -112,7 +112,7 @@ def learned_config(name: str, seed: int = 0, trace: Trace | None = None, capacit
         raise LcrInputError(f"predictor {name!r} is not a learned model; valid: {', '.join(LEARNED)}")
     full = base == "lightgbm"
     static = static_fields(trace) if trace is not None and full else ()
-    classifier = dict(objective="belady", rank="probability", capacity=capacity) if full else {}
+    classifier = dict(BELADY_CLASSIFIER, capacity=capacity) if full else {}
     # Fits run inline in the simulator so that a replay is reproducible.
     return LightGBMConfig(seed=seed, background=False, weak=base == "lightgbm-weak",
                           features=FeatureConfig(mode="full" if full else "compact", static_fields=static),

@@ -18,6 +18,12 @@ def register(subparsers) -> None:
                    help="require 'Authorization: Bearer TOKEN' (default: $LCR_PREDICTOR_TOKEN)")
     p.add_argument("--features", choices=("full", "compact"), default="full")
     p.add_argument("--weak", action="store_true", help="the one-tree, one-feature robustness model")
+    p.add_argument("--objective", choices=("regression", "belady"), default="regression",
+                   help="regression: answers are predicted next-access times; belady: the relaxed-Belady "
+                        "classifier lcr sim measures best, answers are P(not back within the boundary) "
+                        "(larger = evict first either way)")
+    p.add_argument("--capacity", type=int,
+                   help="the cache size (keys) the model's boundary is for; default: 5%% of the keys seen")
     p.add_argument("--retrain-every", type=int, default=10_000)
     p.add_argument("--window", type=int, default=25_000)
     p.add_argument("--max-body-mb", type=float, default=16.0)
@@ -57,6 +63,20 @@ def limits_from_args(args):
                          body_timeout_s=args.body_timeout)
 
 
+def service_model_config(args):
+    """The served model's ``LightGBMConfig`` from the command line."""
+    from lcr.predict.features import FeatureConfig
+    from lcr.predict.lightgbm_model import BELADY_CLASSIFIER, LightGBMConfig
+
+    if args.capacity is not None:
+        _at_least("--capacity", args.capacity, 1)
+    if args.weak and args.objective != "regression":
+        raise LcrInputError("--weak is the regression robustness model; drop --objective belady")
+    rank = BELADY_CLASSIFIER if args.objective == "belady" else {}
+    return LightGBMConfig(features=FeatureConfig(mode=args.features), weak=args.weak, capacity=args.capacity,
+                          retrain_every=args.retrain_every, window=args.window, background=True, **rank)
+
+
 def run(args) -> int:
     if not 0 < args.port < 65536:
         raise LcrInputError(f"--port {args.port} is not a TCP port")
@@ -68,17 +88,14 @@ def run(args) -> int:
         if path and not os.path.isfile(path):
             raise LcrInputError(f"{flag}: no such file", source=path)
     limits = limits_from_args(args)
+    config = service_model_config(args)
 
-    from lcr.predict.features import FeatureConfig
-    from lcr.predict.lightgbm_model import LightGBMConfig
     from lcr.predict.service import bind_warning, create_app, require_service_deps, server_config
 
     _, uvicorn = require_service_deps()
     warning = bind_warning(args.host, args.token, tls=bool(args.ssl_certfile))
     if warning:
         print(f"lcr serve-predictor: warning: {warning}", flush=True)
-    config = LightGBMConfig(features=FeatureConfig(mode=args.features), weak=args.weak,
-                            retrain_every=args.retrain_every, window=args.window, background=True)
     app = create_app(config, token=args.token, limits=limits)  # the model runs in its own process
     tls = {"ssl_certfile": args.ssl_certfile, "ssl_keyfile": args.ssl_keyfile} if args.ssl_certfile else {}
     uvicorn.Server(server_config(app, args.host, args.port, **tls)).run()

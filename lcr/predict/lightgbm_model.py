@@ -36,6 +36,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 from typing import Sequence
 
 import numpy as np
@@ -52,6 +53,10 @@ RANKS = ("time", "aging", "probability")
 TARGETS = ("log", "mean")
 
 log = logging.getLogger(__name__)
+
+#: The model the simulator's ``lightgbm`` and ``serve-predictor --objective belady`` run: the
+#: relaxed-Belady classifier ranked by its probability (measured best, docs/predictor.md).
+BELADY_CLASSIFIER = MappingProxyType({"objective": "belady", "rank": "probability"})
 
 
 @dataclass(frozen=True)
