@@ -1,5 +1,6 @@
 # Two entry points, both self-contained on a fresh machine:
-#   make demo   build .venv, install lcr, replay a built-in workload (+ a real trace when ../shared/data exists)
+#   make demo   build .venv, install lcr, replay a built-in workload (+ a real trace when ../shared/data exists),
+#               then the learned model against ARC/LIRS/S3-FIFO/W-TinyLFU
 #   make test   build .venv with the test extras and run the suite
 PYTHON ?= python3
 VENV   := .venv
@@ -20,7 +21,7 @@ $(BIN)/python:
 	$(BIN)/python -m pip install -q --upgrade pip
 
 $(VENV)/.installed: $(BIN)/python pyproject.toml setup.py $(NATIVE_SOURCES)
-	$(BIN)/python -m pip install -q -e .
+	$(BIN)/python -m pip install -q -e '.[ml]'
 	touch $@
 
 # torch is pinned first: on these machines 2.13.0 is a local CPU build, while an unpinned
@@ -43,6 +44,11 @@ demo: $(VENV)/.installed
 	    --cache 1%,5%,10% --policies lru,opt,fpb,hf,laru --predictor oracle --noise 0,0.25,0.5,0.75,1 \
 	    --json $(OUT)/web07.json --plot $(OUT)/web07.png; \
 	else echo "($(DATA) not found: skipping the real-trace demo)"; fi
+	@# The learned model against the heuristics users pick instead (docs/predictor.md's best setting).
+	$(BIN)/lcr sim $$(if [ -f $(DATA)/classic/cache2k_web07.trace.xz ]; then echo $(DATA)/classic/cache2k_web07.trace.xz; \
+	    else echo zipf:requests=200000,keys=20000,alpha=0.9,seed=1; fi) \
+	    --cache 1%,5%,10% --predictor 'lightgbm:retrain_every=2500;window=80000' \
+	    --policies 'lru,opt,arc,lirs,s3fifo,wtinylfu,laru:b=1.05;credit=1;guard=0.005' --json $(OUT)/learned.json
 
 test: $(TEST_INSTALLS)
 	$(BIN)/python -m pytest -q
