@@ -29,6 +29,17 @@ LARU with a guard misses at most (1 + guard) x LRU's misses + k, whatever the
 predictions. Oracle predictions never exceed LRU's misses (OPT is optimal on every
 prefix of the requests), so the guard never acts and LARU still makes OPT's decisions.
 
+``intervals`` (off by default; lcr's extension) gives LARU a second expert for its window:
+each key's own last interval (``lcr.policies.interval_expert``), which needs no model and
+is what OPT does on loops, where a boundary classifier's answers all tie. Two shadow
+LARUs (same parameters, keys only) run beside the cache, one over the predictions and
+one over the interval expert; inside its window LARU follows the interval expert while
+that shadow's misses so far are below (1 - ``margin``) times the predictions' shadow's,
+else the predictions. Oracle predictions make their shadow OPT, which no shadow beats
+on any prefix of the requests, so LARU still makes OPT's decisions; any victim from
+the window keeps Theorem 1's bound, and the guard's budget holds as before. The
+predictor is asked twice per query (the cache and its shadow).
+
 ``record`` replaces the exact set of prediction-evicted keys with any object offering
 ``add``, ``discard``, ``clear`` and ``in`` (SlabHash keeps a bitset, see
 ``lcr.embedding.reference.BitsetRecord``).
@@ -39,6 +50,7 @@ import math
 from typing import MutableSet
 
 from lcr.policies.base import Policy
+from lcr.policies.interval_expert import IntervalRanks
 from lcr.policies.predictions import NextAccessPredictor, PredictionTable
 from lcr.policies.lru import LRU
 from lcr.policies.recency import RecencyOrder
@@ -56,7 +68,8 @@ class LARU(Policy):
 
     def __init__(self, capacity: int, predictor: NextAccessPredictor, mode: str = "sync",
                  b: float = 2.0, shrink_every: int = 1, record: MutableSet[int] | None = None,
-                 credit: bool = False, guard: float | None = None):
+                 credit: bool = False, guard: float | None = None, intervals: bool = False,
+                 margin: float = 0.03):
         super().__init__(capacity)
         if not b > 1:
             raise ValueError(f"laru needs b > 1, got {b}")
@@ -66,6 +79,10 @@ class LARU(Policy):
             raise ValueError(f"laru credit must be 0 or 1, got {credit!r}")
         if guard is not None and not guard >= 0:
             raise ValueError(f"laru guard must be >= 0, got {guard!r}")
+        if intervals not in (0, 1):
+            raise ValueError(f"laru intervals must be 0 or 1, got {intervals!r}")
+        if not 0 <= margin < 1:
+            raise ValueError(f"laru margin must lie in [0, 1), got {margin!r}")
         self.b = float(b)
         self.shrink_every = int(shrink_every)
         self.credit = bool(credit)
@@ -78,8 +95,18 @@ class LARU(Policy):
         self.old: set[int] = set()  # O: items cached at the phase start, not yet requested or evicted
         self.evicted_by_prediction: MutableSet[int] = set() if record is None else record
         self._induced_in_phase = 0
+        self.margin = float(margin)
+        # The interval expert and the two shadows that decide when to follow it (``intervals``).
+        self.interval_ranks = IntervalRanks() if intervals else None
+        self.shadows = None
+        if intervals:
+            same = dict(b=b, shrink_every=shrink_every, credit=credit, guard=guard)
+            self.shadows = (LARU(capacity, predictor, mode, **same),
+                            LARU(capacity, self.interval_ranks, "sync", **same))
         self.stats.extra.update(phases=0, prediction_induced_misses=0, credited_hits=0,
                                 guarded_evictions=0)
+        if intervals:
+            self.stats.extra["interval_evictions"] = 0
 
     @property
     def window(self) -> int:
@@ -87,6 +114,9 @@ class LARU(Policy):
         return max(math.floor(self.lam * self.capacity), 1)
 
     def _access(self, key, t):
+        if self.shadows is not None:
+            for shadow in self.shadows:
+                shadow.access(key, t)
         lru_hit = self.lru_shadow.access(key, t) if self.lru_shadow is not None else True
         hit = key in self.recency
         if hit:
@@ -101,6 +131,8 @@ class LARU(Policy):
             self.evicted_by_prediction.discard(key)
         self.recency.touch(key)
         self.table.on_access(key, t)
+        if self.interval_ranks is not None:
+            self.interval_ranks.on_access(key, t)
         return hit
 
     def _evict_for(self, key: int, t: int) -> None:
@@ -120,11 +152,21 @@ class LARU(Policy):
         else:
             victim, by_prediction = choose_in_window(self.recency, self.table, self.stats, self.window, t)
             if by_prediction:
+                if self._intervals_lead():
+                    victim = self.interval_ranks.pick_victim(self.recency.oldest(self.window))
+                    self.stats.extra["interval_evictions"] += 1
                 self.evicted_by_prediction.add(victim)
         self.old.discard(victim)
         self.recency.remove(victim)
         self.table.forget(victim)
         self.last_evicted = victim
+
+    def _intervals_lead(self) -> bool:
+        """Whether the interval expert's shadow has missed less, by the margin, so far."""
+        if self.shadows is None:
+            return False
+        predicted, by_interval = self.shadows
+        return by_interval.stats.misses < (1 - self.margin) * predicted.stats.misses
 
     def _over_budget(self) -> bool:
         """Whether the misses so far, this one included (the base class counts it after

@@ -88,16 +88,18 @@ def native_replay(trace: Trace, name: str, capacity: int, predictions: np.ndarra
         elif name == "hf":
             extra = (spec.window,)
         else:
-            extra = (spec.b, spec.shrink_every, spec.credit, -1.0 if spec.guard is None else spec.guard)
+            extra = (spec.b, spec.shrink_every, spec.credit, -1.0 if spec.guard is None else spec.guard,
+                     spec.shadows is not None, spec.margin)
         hits, evicted, counters = getattr(_native, f"replay_{name}")(
             *core, predictions, async_mode, *extra, record_evictions)
     seconds = time.perf_counter() - start
     if evicted is not None:
         evicted = np.where(evicted >= 0, keys[np.maximum(evicted, 0)], -1)
-    return Replay(hits, _spec_stats(name, counters), seconds, evicted)
+    intervals = name == "laru" and spec.shadows is not None
+    return Replay(hits, _spec_stats(name, counters, intervals), seconds, evicted)
 
 
-def _spec_stats(name: str, counters: dict) -> dict:
+def _spec_stats(name: str, counters: dict, intervals: bool = False) -> dict:
     """The counters under the keys the spec's ``PolicyStats.as_dict()`` uses."""
     stats = {k: counters[k] for k in ("hits", "misses", "evictions", "prediction_evictions",
                                       "lru_evictions", "predictor_calls", "predicted_keys")}
@@ -107,6 +109,8 @@ def _spec_stats(name: str, counters: dict) -> dict:
                      credited_hits=counters["credited_hits"],
                      guarded_evictions=counters["guarded_evictions"],
                      final_lambda=counters["lambda"])
+        if intervals:
+            stats["interval_evictions"] = counters["interval_evictions"]
     elif name == "marker" and counters["phases"]:
         stats["phases"] = counters["phases"]  # the spec records phases once one starts
     return stats
