@@ -63,10 +63,12 @@ VARIANTS = {
 #: Policies driven by each variant's predictions: (label, native core, parameters).
 #: b closer to 1 shrinks LARU's window more slowly after prediction-induced misses; "c":
 #: credit, the window also grows back by b on hits LRU would have missed; "g": a guard,
-#: LARU evicts by recency while its misses exceed 1.005 x an LRU cache's.
+#: LARU evicts by recency while its misses exceed 1.005 x an LRU cache's; "i": the interval
+#: expert, followed while its shadow misses at least 3% less than the predictions' shadow.
 LEARNED_POLICIES = (("laru", "laru", {}), ("laru-b1.03", "laru", {"b": 1.03}),
                     ("laru-b1.05c", "laru", {"b": 1.05, "credit": 1}), ("laru-b1.1c", "laru", {"b": 1.1, "credit": 1}),
                     ("laru-b1.05cg", "laru", {"b": 1.05, "credit": 1, "guard": 0.005}),
+                    ("laru-b1.05cgi", "laru", {"b": 1.05, "credit": 1, "guard": 0.005, "intervals": 1}),
                     ("fpb", "fpb", {}))
 #: The variants run unless --variants names others. "regression" and "belady" (the
 #: classifier ranked as a time) measured below "belady-p" in every summary so far.

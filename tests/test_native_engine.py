@@ -43,6 +43,8 @@ VARIANTS = [
     ("laru", {"mode": "async", "credit": 1, "b": 1.1}),
     ("laru", {"guard": 0.0, "b": 1.5}),
     ("laru", {"mode": "async", "credit": 1, "b": 1.05, "guard": 0.02}),
+    ("laru", {"intervals": 1, "b": 1.5}),
+    ("laru", {"mode": "async", "credit": 1, "b": 1.05, "guard": 0.02, "intervals": 1, "margin": 0.0}),
     ("arc", {}),
     ("lirs", {}),
     ("s3fifo", {}),
@@ -121,6 +123,18 @@ def test_laru_shrinks_lambda_and_counts_like_the_spec():
         got = assert_same_decisions(trace, "laru", 40, predictions, shrink_every=shrink_every)
         assert got.stats["prediction_induced_misses"] > 0
         assert got.stats["phases"] > 1
+
+
+def test_laru_follows_its_interval_expert_like_the_spec():
+    # Answers that say nothing on a loop: the interval expert's shadow leads, the path worth
+    # checking (the noisy oracle of the tests above mostly keeps the predictions ahead).
+    for workload, values in (("loop:requests=5000,keys=300", "constant"), ("zipf:requests=6000,keys=800,alpha=0.9,seed=2", "noisy")):
+        trace = generate(workload)
+        predictions = np.zeros(len(trace)) if values == "constant" else oracle_predictions(trace, 0.6, seed=3)
+        for capacity, margin in ((30, 0.03), (120, 0.0)):
+            got = assert_same_decisions(trace, "laru", capacity, predictions, mode="async", b=1.05, credit=1,
+                                        guard=0.01, intervals=1, margin=margin)
+            assert got.stats["interval_evictions"] > 0, (workload, capacity)
 
 
 def test_laru_guard_evicts_by_recency_like_the_spec():

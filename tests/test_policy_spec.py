@@ -72,6 +72,8 @@ def test_laru_with_oracle_predictions_equals_opt(source, capacity, mode):
     assert misses(trace, "laru", capacity, mode=mode, credit=1, b=1.05) == opt
     # The tightest guard never acts: OPT is optimal on every prefix, so never behind LRU.
     assert misses(trace, "laru", capacity, mode=mode, credit=1, b=1.05, guard=0.0) == opt
+    # The predictions' shadow is OPT, which the interval expert's never beats, even with no margin.
+    assert misses(trace, "laru", capacity, mode=mode, credit=1, b=1.05, guard=0.0, intervals=1, margin=0.0) == opt
     assert misses(trace, "fpb", capacity, mode=mode) == opt
     assert misses(trace, "blind_oracle_lru", capacity) == opt
 
@@ -82,6 +84,53 @@ def test_laru_with_oracle_predictions_equals_opt_on_real_traces(name):
     for fraction in (0.01, 0.05):
         capacity = max(2, round(fraction * trace.distinct_keys))
         assert misses(trace, "laru", capacity) == misses(trace, "opt", capacity)
+
+
+def test_laru_follows_the_interval_expert_only_while_its_shadow_misses_less():
+    """On a loop every key has the same interval, so answers that carry no information tie
+    and LARU is LRU (no hit at all); the interval expert evicts the key requested last,
+    as OPT does. With ``intervals=1`` LARU follows it once its shadow misses less (by the
+    margin) than the predictions' shadow: most of OPT's hits. A margin no shadow can
+    clear leaves LARU as it was; the leader is the shadow with fewer misses so far."""
+    trace = generate("loop:requests=6000,keys=300")
+    constant = np.zeros(len(trace))
+    params = dict(mode="async", b=1.05, credit=1, guard=0.005)
+    for capacity in (30, 150):
+        opt_hits = len(trace) - misses(trace, "opt", capacity)
+        plain, predictor = build("laru", trace, capacity, constant, **params)
+        assert replay(trace, plain, predictor).hits.sum() == 0
+        following, predictor = build("laru", trace, capacity, constant, intervals=1, **params)
+        hits = replay(trace, following, predictor).hits.sum()
+        assert hits >= 0.85 * opt_hits and following.stats.extra["interval_evictions"] > 0
+        predicted, by_interval = following.shadows
+        assert by_interval.stats.misses < predicted.stats.misses == len(trace)  # the shadows: LRU's misses, fewer
+        never, predictor = build("laru", trace, capacity, constant, intervals=1, margin=0.999, **params)
+        assert replay(trace, never, predictor).hits.sum() == 0 and never.stats.extra["interval_evictions"] == 0
+    # Where the predictions are right (oracle) their shadow leads and the expert is never followed.
+    trace = generate("zipf:requests=6000,keys=800,alpha=0.9,seed=1")
+    following, predictor = build("laru", trace, 60, intervals=1, **params)
+    replay(trace, following, predictor)
+    assert following.stats.extra["interval_evictions"] == 0
+    assert following.stats.misses == misses(trace, "opt", 60)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_laru_follows_the_predictions_while_the_shadows_tie(mode):
+    """Before the first eviction both shadows have missed alike; the predictions lead on a tie.
+    At t=3 the oracle evicts a (back at 5, b at 4); the interval expert would evict b
+    (seen once: +inf)."""
+    trace = Trace(np.array([1, 2, 1, 3, 2, 1]))
+    policy, predictor = build("laru", trace, 2, mode=mode, intervals=1, margin=0.0)
+    run = replay(trace, policy, predictor, record_evictions=True)
+    assert run.evicted[3] == 1 and policy.stats.misses == misses(trace, "opt", 2) == 4
+    assert policy.stats.extra["interval_evictions"] == 0
+
+
+def test_laru_intervals_and_margin_are_checked():
+    trace = generate("zipf:requests=100,keys=20,alpha=0.9,seed=1")
+    for bad in (dict(intervals=2), dict(intervals=1, margin=1.0), dict(intervals=1, margin=-0.1)):
+        with pytest.raises(ValueError, match="intervals|margin"):
+            build("laru", trace, 5, **bad)
 
 
 def theorem1_bound(opt_misses: int, k: int, b: float = 2.0) -> float:
