@@ -3,7 +3,7 @@
     python benchmarks/learned_sweep.py [--trace zipf:requests=5000000,keys=1000000,alpha=0.9]
                                        [--sizes 1%,5%,10%] [--policies lru,laru,fpb,hf]
 
-What ``lcr sim TRACE --predictor lightgbm --cache 1%,5%,10% --policies lru,laru,fpb,hf``
+What ``lcr sim TRACE --predictor lightgbm --cache 1%,5%,10% --policies lru,laru,fpb,hf --jobs 2``
 does, timed: load or generate the trace, then the sweep (OPT at every size for the cost
 ratios, the predictive policies on the native cores), twice:
 
@@ -11,7 +11,7 @@ ratios, the predictive policies on the native cores), twice:
 - warm: the same cache folder again, as a rerun finds it.
 
 Reports wall and CPU seconds of each phase, the number of prediction passes computed
-and loaded (the target is 1 per trace and predictor), the machine and its load average
+and loaded (the target is 1 per trace and predictor, and cache size for ``lightgbm``), the machine and its load average
 (the machine may be shared; CPU seconds are what the work costs). Writes
 benchmarks/results/learned_sweep.json. Target: the cold sweep under 300 s on 2 cores.
 """
@@ -48,6 +48,7 @@ def main() -> None:
     parser.add_argument("--sizes", default="1%,5%,10%")
     parser.add_argument("--policies", default="lru,laru,fpb,hf")
     parser.add_argument("--predictor", default="lightgbm")
+    parser.add_argument("--jobs", type=int, default=2, help="learned passes at once (lcr sim --jobs)")
     parser.add_argument("--out", default=str(RESULTS))
     args = parser.parse_args()
 
@@ -62,7 +63,7 @@ def main() -> None:
         for phase in ("cold", "warm"):
             cache = PredictionCache(folder)
             with Clock() as clock:
-                results = run_sweep(trace, specs, sizes, args.predictor, predictions=cache)
+                results = run_sweep(trace, specs, sizes, args.predictor, predictions=cache, jobs=args.jobs)
             phases[phase] = {"wall_s": clock.wall, "cpu_s": clock.cpu, "passes_computed": cache.passes,
                              "passes_loaded": cache.loaded, "pass_wall_s": cache.pass_seconds["wall"],
                              "pass_cpu_s": cache.pass_seconds["cpu"], "load_average": os.getloadavg()}
@@ -73,7 +74,7 @@ def main() -> None:
     total = phases["load"]["wall_s"] + phases["cold"]["wall_s"]
     total_cpu = phases["load"]["cpu_s"] + phases["cold"]["cpu_s"]
     doc = {"trace": args.trace, "requests": len(trace), "distinct_keys": trace.distinct_keys,
-           "sizes": sizes, "policies": args.policies, "predictor": args.predictor,
+           "sizes": sizes, "policies": args.policies, "predictor": args.predictor, "jobs": args.jobs,
            "phases": phases, "total_cold_wall_s": total, "total_cold_cpu_s": total_cpu, "target_s": 300,
            "load_average": os.getloadavg(), "machine": machine_description(),
            "results": [r.as_dict() for r in results]}

@@ -65,6 +65,20 @@ def test_a_sweep_makes_one_pass_and_equals_a_pass_per_run(trace, passes, tmp_pat
     assert passes == [] and again.passes == 0 and again.loaded == computed
 
 
+def test_passes_computed_in_worker_processes_are_the_same(trace, passes, tmp_path):
+    """``jobs=2`` computes the per-size passes in two worker processes: same answers and
+    results as one by one, stored and counted alike, and found by the next sweep."""
+    serial = run_sweep(trace, SPECS, SIZES, "lightgbm", predictions=PredictionCache("off"))
+    cache = PredictionCache(tmp_path)
+    parallel = run_sweep(trace, SPECS, SIZES, "lightgbm", predictions=cache, jobs=2)
+    assert outcome(parallel) == outcome(serial)
+    assert cache.passes == len(SIZES) and cache.loaded == 0 and len(list(tmp_path.glob("*.npy"))) == len(SIZES)
+    passes.clear()
+    again = PredictionCache(tmp_path)
+    assert outcome(run_sweep(trace, SPECS, SIZES, "lightgbm", predictions=again, jobs=2)) == outcome(serial)
+    assert passes == [] and again.passes == 0 and again.loaded == len(SIZES)
+
+
 def test_the_key_covers_trace_content_and_settings(trace, passes, tmp_path, monkeypatch):
     cache = PredictionCache(tmp_path)
     first = cache.get("lightgbm:async", trace)

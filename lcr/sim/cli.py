@@ -57,6 +57,9 @@ def register(subparsers) -> None:
                    help="where learned prediction passes are kept between runs, keyed by the trace's "
                         "content and the predictor settings (default: $LCR_CACHE_DIR or "
                         "~/.cache/lcr/predictions); 'off' computes them afresh")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="learned prediction passes computed at once, in worker processes (lightgbm "
+                        "has one per cache size; default 1)")
     p.add_argument("--noise", default="0", help="noise levels for the predictor, e.g. 0,0.1,0.5,1")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--engine", choices=ENGINES, default="auto",
@@ -86,6 +89,8 @@ def run(args) -> int:
     noises = parse_noises(args.noise)
     check_seed(args.seed)
     check_limit(args.limit)
+    if args.jobs < 1:
+        raise LcrInputError(f"--jobs must be at least 1, got {args.jobs}")
     check_output_path(args.json, "--json")
     check_output_path(args.plot, "--plot", PLOT_SUFFIXES)
     predictor = resolve_predictor(args.predictor)
@@ -99,7 +104,7 @@ def run(args) -> int:
     bar = maybe_progress(sweep_size(trace, specs, capacities, noises), "lcr sim", args.progress)
     cache = PredictionCache(args.prediction_cache, progress=args.progress)
     results = run_sweep(trace, specs, capacities, predictor, noises, args.seed, bar, args.engine,
-                        predictions=cache)
+                        predictions=cache, jobs=args.jobs)
     if bar:
         bar.close()
     args.predictor = predictor

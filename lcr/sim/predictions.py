@@ -108,7 +108,7 @@ class PredictionCache:
     def get(self, name: str, trace: Trace, noise: float = 0.0, seed: int = 0,
             capacity: int | None = None) -> np.ndarray:
         """The prediction made at every request of ``trace`` by predictor ``name``."""
-        from lcr.predict import LEARNED, learned_config, make_predictions, parse_predictor_name
+        from lcr.predict import LEARNED, make_predictions, parse_predictor_name
 
         base, _ = parse_predictor_name(name)
         if base not in LEARNED:
@@ -116,32 +116,78 @@ class PredictionCache:
             if key not in self._memory:
                 self._memory[key] = make_predictions(name, trace, noise, seed)
             return self._memory[key]
+        key, digest, settings = self._identify(name, trace, noise, seed, capacity)
+        if key in self._memory:
+            return self._memory[key]
+        values = self._load(digest, len(trace))
+        if values is None:
+            wall, cpu = time.perf_counter(), time.process_time()
+            with _PassTicker(f"{name} prediction pass over {len(trace):,} requests", self.progress):
+                values = _learned_pass(name, trace, noise, seed, key[4])
+            self._computed(digest, values, settings, time.perf_counter() - wall, time.process_time() - cpu)
+        else:
+            self.loaded += 1
+        self._memory[key] = values
+        return values
+
+    def prefetch(self, name: str, trace: Trace, noise: float, seed: int, capacities: list[int],
+                 jobs: int) -> None:
+        """Compute the learned passes that ``get`` will ask for at ``capacities`` and that
+        are neither in memory nor on disk, up to ``jobs`` at once in worker processes
+        (a per-size model has one pass per size). Same answers as ``get`` computing them."""
+        from lcr.predict import LEARNED, parse_predictor_name
+
+        if jobs < 2 or parse_predictor_name(name)[0] not in LEARNED:
+            return
+        missing = {}
+        for capacity in capacities:
+            key, digest, settings = self._identify(name, trace, noise, seed, capacity)
+            if key in self._memory or key in missing:
+                continue
+            values = self._load(digest, len(trace))
+            if values is not None:
+                self.loaded += 1
+                self._memory[key] = values
+            else:
+                missing[key] = (digest, settings)
+        if len(missing) < 2:
+            return
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        wall = time.perf_counter()
+        # forkserver: a fresh process per worker, never a fork of a parent with threads.
+        with ProcessPoolExecutor(min(jobs, len(missing)), mp_context=multiprocessing.get_context("forkserver")) as pool, \
+                _PassTicker(f"{name}: {len(missing)} prediction passes over {len(trace):,} requests, "
+                            f"{min(jobs, len(missing))} at once", self.progress):
+            futures = {key: pool.submit(_timed_learned_pass, name, trace, noise, seed, key[4]) for key in missing}
+            for key, future in futures.items():
+                values, cpu = future.result()
+                digest, settings = missing[key]
+                self._computed(digest, values, settings, 0.0, cpu)
+                self._memory[key] = values
+        self.pass_seconds["wall"] += time.perf_counter() - wall
+
+    def _identify(self, name: str, trace: Trace, noise: float, seed: int, capacity: int | None):
+        """A learned pass's memory key, file digest and recorded settings."""
+        from lcr.predict import learned_config
+
         config = learned_config(name, seed, trace, capacity)
         sized = config.capacity is not None  # a boundary for this cache size: one pass per size
         # The static columns the model reads are part of the trace's content for it.
         content = trace_digest(trace) + static_digest(trace, config.features.static_fields)
         key = (name, content, noise, seed, capacity if sized else None)
-        if key in self._memory:
-            return self._memory[key]
         if self._code is None:
             self._code = _code_digest()
         settings = {"predictor": name, "trace": key[1], "noise": noise, "seed": seed,
                     "capacity": key[4], "config": repr(config), "code": self._code}
-        digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:32]
-        values = self._load(digest, len(trace))
-        if values is None:
-            wall, cpu = time.perf_counter(), time.process_time()
-            with _PassTicker(f"{name} prediction pass over {len(trace):,} requests", self.progress):
-                values = np.ascontiguousarray(make_predictions(name, trace, noise, seed, key[4]),
-                                              dtype=np.float64)
-            self.pass_seconds["wall"] += time.perf_counter() - wall
-            self.pass_seconds["cpu"] += time.process_time() - cpu
-            self.passes += 1
-            self._store(digest, values, settings)
-        else:
-            self.loaded += 1
-        self._memory[key] = values
-        return values
+        return key, hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:32], settings
+
+    def _computed(self, digest: str, values: np.ndarray, settings: dict, wall: float, cpu: float) -> None:
+        self.pass_seconds["wall"] += wall
+        self.pass_seconds["cpu"] += cpu
+        self.passes += 1
+        self._store(digest, values, settings)
 
     def _path(self, digest: str) -> Path:
         return self.directory / f"{digest}.npy"
@@ -177,6 +223,19 @@ def check_cache_directory(directory: str | None) -> None:
     is only warned about later: the sweep itself does not need it)."""
     if directory not in (None, OFF) and Path(directory).exists() and not Path(directory).is_dir():
         raise LcrInputError(f"--prediction-cache {directory}: not a folder")
+
+
+def _learned_pass(name: str, trace: Trace, noise: float, seed: int, capacity: int | None) -> np.ndarray:
+    from lcr.predict import make_predictions
+
+    return np.ascontiguousarray(make_predictions(name, trace, noise, seed, capacity), dtype=np.float64)
+
+
+def _timed_learned_pass(*args) -> tuple[np.ndarray, float]:
+    """``_learned_pass`` in a worker process, with the CPU seconds it took there."""
+    cpu = time.process_time()
+    values = _learned_pass(*args)
+    return values, time.process_time() - cpu
 
 
 class _PassTicker:

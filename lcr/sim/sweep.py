@@ -147,16 +147,19 @@ def _replay_python(trace: Trace, spec: PolicySpec, capacity: int, predictor_name
 
 def run_sweep(trace: Trace, specs: list[PolicySpec], capacities: list[int], predictor: str = "oracle",
               noises: list[float] = (0.0,), seed: int = 0, progress: Progress | None = None,
-              engine: str = "auto", predictions: PredictionCache | None = None) -> list[SimResult]:
+              engine: str = "auto", predictions: PredictionCache | None = None, jobs: int = 1) -> list[SimResult]:
     """Every policy at every capacity; predictive ones at every noise level too.
     Cost ratios are misses / OPT misses at the same capacity (OPT is run if not asked).
     ``engine``: ``python`` (the spec), ``native`` (C++ cores) or ``auto`` (native where one exists).
     ``predictions``: shared by every run, so each prediction array is computed once
     (default: in memory for this sweep; pass a ``PredictionCache(dir)`` to keep them).
     A learned predictor named without a mode is its async replay (``resolve_predictor``);
-    ``run_one`` takes names as given."""
+    ``run_one`` takes names as given. ``jobs``: learned passes computed at once in worker
+    processes (one per cache size for a per-size model), before the replays."""
     predictions = predictions if predictions is not None else PredictionCache("off")
     predictor = resolve_predictor(predictor)
+    if any(spec.uses_predictions for spec in specs) and has_prediction_array(predictor):
+        predictions.prefetch(predictor, trace, 0.0, seed, capacities, jobs)
     results = []
     opt = PolicySpec("opt")
     for capacity in capacities:
