@@ -86,12 +86,11 @@ def test_laru_with_oracle_predictions_equals_opt_on_real_traces(name):
         assert misses(trace, "laru", capacity) == misses(trace, "opt", capacity)
 
 
-def test_laru_follows_the_interval_expert_only_while_its_shadow_misses_less():
+def test_laru_follows_the_interval_expert_on_a_loop_where_answers_tie():
     """On a loop every key has the same interval, so answers that carry no information tie
     and LARU is LRU (no hit at all); the interval expert evicts the key requested last,
-    as OPT does. With ``intervals=1`` LARU follows it once its shadow misses less (by the
-    margin) than the predictions' shadow: most of OPT's hits. A margin no shadow can
-    clear leaves LARU as it was; the leader is the shadow with fewer misses so far."""
+    as OPT does. With ``intervals=1`` LARU follows it once its shadow misses less than
+    the predictions' shadow (``test_laru_interval_lead_rule``): most of OPT's hits."""
     trace = generate("loop:requests=6000,keys=300")
     constant = np.zeros(len(trace))
     params = dict(mode="async", b=1.05, credit=1, guard=0.005)
@@ -104,14 +103,27 @@ def test_laru_follows_the_interval_expert_only_while_its_shadow_misses_less():
         assert hits >= 0.85 * opt_hits and following.stats.extra["interval_evictions"] > 0
         predicted, by_interval = following.shadows
         assert by_interval.stats.misses < predicted.stats.misses == len(trace)  # the shadows: LRU's misses, fewer
-        never, predictor = build("laru", trace, capacity, constant, intervals=1, margin=0.999, **params)
-        assert replay(trace, never, predictor).hits.sum() == 0 and never.stats.extra["interval_evictions"] == 0
     # Where the predictions are right (oracle) their shadow leads and the expert is never followed.
     trace = generate("zipf:requests=6000,keys=800,alpha=0.9,seed=1")
     following, predictor = build("laru", trace, 60, intervals=1, **params)
     replay(trace, following, predictor)
     assert following.stats.extra["interval_evictions"] == 0
     assert following.stats.misses == misses(trace, "opt", 60)
+
+
+@pytest.mark.parametrize("capacity, margin, interval_misses, leads", [
+    (30, 0.03, 1000, False), (30, 0.03, 975, False), (30, 0.03, 969, True),   # 31 saved: > 30 and > 3%
+    (100, 0.03, 969, True), (100, 0.03, 971, False),                          # the share alone: > 30
+    (20, 0.5, 979, True), (20, 0.5, 980, False),                              # k alone: > 20
+    (30, 0.0, 999, True), (30, 0.0, 1001, False)])
+def test_laru_interval_lead_rule(capacity, margin, interval_misses, leads):
+    """The interval expert leads while its shadow has missed less than the predictions'
+    shadow (1,000 misses here) by more than ``margin`` of those misses or more than k."""
+    trace = generate("zipf:requests=100,keys=20,alpha=0.9,seed=1")
+    policy, _ = build("laru", trace, capacity, intervals=1, margin=margin)
+    predicted, by_interval = policy.shadows
+    predicted.stats.misses, by_interval.stats.misses = 1000, interval_misses
+    assert policy._intervals_lead() == leads
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])

@@ -22,7 +22,7 @@ struct LaruParams {
     bool credit = false;  // lambda grows back by b on hits LRU would have missed
     double guard = -1;    // >= 0: miss budget against LRU, (1 + guard) x its misses; < 0: off
     bool intervals = false;  // follow the interval expert while its shadow misses less
-    double margin = 0.03;    // ... by this share of the predictions' shadow's misses
+    double margin = 0.03;    // ... by this share of the predictions' shadow's misses (or by k)
 };
 
 // One LARU cache of k ids. `ranks` is what its window compares (the predictions, or the
@@ -179,9 +179,9 @@ void run_laru(const Requests& req, Recorder& rec, Counters& c, int64_t k, const 
     LaruCache predicted(k, req.n_ids, params, pred, shadow_counters[0], false);
     IntervalRanks intervals(req.n_ids);
     LaruCache by_interval(k, req.n_ids, params, counted_nowhere, shadow_counters[1], false);
-    const double keep_share = 1 - params.margin;
-    auto intervals_lead = [&] {
-        return static_cast<double>(by_interval.misses()) < keep_share * static_cast<double>(predicted.misses());
+    auto intervals_lead = [&] {  // lcr.policies.laru.LARU._intervals_lead
+        const int64_t saved = predicted.misses() - by_interval.misses();
+        return saved > k || static_cast<double>(saved) > params.margin * static_cast<double>(predicted.misses());
     };
     for (int64_t t = 0; t < req.n; ++t) {
         const int32_t id = req.ids[t];

@@ -34,8 +34,8 @@ each key's own last interval (``lcr.policies.interval_expert``), which needs no 
 is what OPT does on loops, where a boundary classifier's answers all tie. Two shadow
 LARUs (same parameters, keys only) run beside the cache, one over the predictions and
 one over the interval expert; inside its window LARU follows the interval expert while
-that shadow's misses so far are below (1 - ``margin``) times the predictions' shadow's,
-else the predictions. Oracle predictions make their shadow OPT, which no shadow beats
+that shadow has missed less so far than the predictions' shadow, by more than ``margin``
+times the latter's misses or by more than k, else the predictions. Oracle predictions make their shadow OPT, which no shadow beats
 on any prefix of the requests, so LARU still makes OPT's decisions; any victim from
 the window keeps Theorem 1's bound, and the guard's budget holds as before. The
 predictor is asked twice per query (the cache and its shadow).
@@ -162,11 +162,14 @@ class LARU(Policy):
         self.last_evicted = victim
 
     def _intervals_lead(self) -> bool:
-        """Whether the interval expert's shadow has missed less, by the margin, so far."""
+        """Whether the interval expert's shadow has missed less so far, by more than the
+        margin's share of the predictions' shadow's misses or by more than k misses (where
+        few requests can hit at all, a share of the misses is out of reach)."""
         if self.shadows is None:
             return False
         predicted, by_interval = self.shadows
-        return by_interval.stats.misses < (1 - self.margin) * predicted.stats.misses
+        saved = predicted.stats.misses - by_interval.stats.misses
+        return saved > self.capacity or saved > self.margin * predicted.stats.misses
 
     def _over_budget(self) -> bool:
         """Whether the misses so far, this one included (the base class counts it after
