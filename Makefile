@@ -48,7 +48,7 @@ demo: $(VENV)/.installed
 	$(BIN)/lcr sim $$(if [ -f $(DATA)/classic/cache2k_web07.trace.xz ]; then echo $(DATA)/classic/cache2k_web07.trace.xz; \
 	    else echo zipf:requests=200000,keys=20000,alpha=0.9,seed=1; fi) \
 	    --cache 1%,5%,10% --predictor 'lightgbm:retrain_every=2500;window=80000' \
-	    --policies 'lru,opt,arc,lirs,s3fifo,wtinylfu,laru:b=1.05;credit=1;guard=0.005' --json $(OUT)/learned.json
+	    --policies 'lru,opt,arc,lirs,s3fifo,wtinylfu,laru:b=1.05;credit=1;guard=0.005;intervals=1' --json $(OUT)/learned.json
 
 test: $(TEST_INSTALLS)
 	$(BIN)/python -m pytest -q
