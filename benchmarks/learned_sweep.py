@@ -3,7 +3,7 @@
     python benchmarks/learned_sweep.py [--trace zipf:requests=5000000,keys=1000000,alpha=0.9]
                                        [--sizes 1%,5%,10%] [--policies lru,laru,fpb,hf]
 
-What ``lcr sim TRACE --predictor lightgbm --cache 1%,5%,10% --policies lru,laru,fpb,hf --jobs 2``
+What ``lcr sim TRACE --predictor lightgbm --cache 1%,5%,10% --policies lru,laru,fpb,hf --jobs 3``
 does, timed: load or generate the trace, then the sweep (OPT at every size for the cost
 ratios, the predictive policies on the native cores), twice:
 
@@ -48,7 +48,8 @@ def main() -> None:
     parser.add_argument("--sizes", default="1%,5%,10%")
     parser.add_argument("--policies", default="lru,laru,fpb,hf")
     parser.add_argument("--predictor", default="lightgbm")
-    parser.add_argument("--jobs", type=int, default=2, help="learned passes at once (lcr sim --jobs)")
+    parser.add_argument("--jobs", type=int, default=3,
+                        help="learned passes at once (lcr sim --jobs; default: one per size)")
     parser.add_argument("--out", default=str(RESULTS))
     args = parser.parse_args()
 
