@@ -34,11 +34,12 @@ each key's own last interval (``lcr.policies.interval_expert``), which needs no 
 is what OPT does on loops, where a boundary classifier's answers all tie. Two shadow
 LARUs (same parameters, keys only) run beside the cache, one over the predictions and
 one over the interval expert; inside its window LARU follows the interval expert while
-that shadow has missed less so far than the predictions' shadow, by more than ``margin``
-times the latter's misses or by more than k, else the predictions. Oracle predictions make their shadow OPT, which no shadow beats
-on any prefix of the requests, so LARU still makes OPT's decisions; any victim from
-the window keeps Theorem 1's bound, and the guard's budget holds as before. The
-predictor is asked twice per query (the cache and its shadow).
+that shadow has missed less so far than the predictions' shadow, by more than
+``margin`` times the latter's misses or by more than k; else the predictions. Oracle
+predictions make their shadow OPT, which no shadow beats on any prefix of the requests,
+so LARU still makes OPT's decisions; any victim from the window keeps Theorem 1's bound,
+and the guard's budget holds as before. The predictor is asked twice per query (the
+cache and its shadow).
 
 ``record`` replaces the exact set of prediction-evicted keys with any object offering
 ``add``, ``discard``, ``clear`` and ``in`` (SlabHash keeps a bitset, see
