@@ -128,6 +128,22 @@ def test_the_belady_classifier_served_ranks_by_its_probability():
     assert answers[-1] > 0.5
 
 
+def test_observations_over_a_smaller_body_limit_are_sent_in_smaller_bodies():
+    """A service started with a body limit below the client's batch (64 KiB = 4,096
+    observations here, against 65,536 per request) answers 413 and takes nothing; the
+    client halves its batches for that replica and loses nothing, without falling back."""
+    model = small_model(min_samples=200)
+    with ServerThread(create_app(model, max_body_bytes=1 << 16)) as server:
+        client = RemotePredictor(server.url, deadline_s=2.0, flush_every=10**6, flush_interval_s=60)
+        for t in range(10_000):
+            client.observe(t % 700, t)
+        client.flush()
+        assert client.metrics["sent_observations"] == 10_000 and client.metrics["dropped_observations"] == 0
+        assert client.metrics["fallbacks"] == 0 and client.replicas[0].observations_per_request <= 4096
+        wait_observed(server, 10_000)  # the model took every one
+        client.close()
+
+
 @pytest.mark.parametrize("flags, message", [
     (["--objective", "belady", "--weak"], "--weak is the regression"),
     (["--capacity", "0"], "--capacity must be at least 1"),

@@ -60,6 +60,10 @@ class NotAccepted(ServiceUnavailable):
     """A replica did not accept the connection in time: too slow, and nothing was sent."""
 
 
+class TooLarge(ServiceUnavailable):
+    """A replica refused a body over its size limit (HTTP 413) and took none of it."""
+
+
 class ServiceBusy(Exception):
     """A replica answered 503: alive, but its queue is full."""
 
@@ -106,6 +110,8 @@ class _Replica:
         self.down_until = 0.0  # unreachable: its keys go to the next live replica
         self.slow_until = 0.0  # missed a deadline: no predictions asked until then
         self.warned = False
+        # Halved at each 413: a replica started with a smaller body limit gets smaller batches.
+        self.observations_per_request = MAX_OBSERVATIONS_PER_REQUEST
 
 
 class RemotePredictor(Predictor):
@@ -206,12 +212,21 @@ class RemotePredictor(Predictor):
         dropped = int(np.count_nonzero(owners < 0))
         for index in np.unique(owners[owners >= 0]).tolist():
             mine = np.flatnonzero(owners == index)
-            for begin in range(0, len(mine), MAX_OBSERVATIONS_PER_REQUEST):
-                part = mine[begin:begin + MAX_OBSERVATIONS_PER_REQUEST]
+            replica, begin = self.replicas[index], 0
+            while begin < len(mine):
+                part = mine[begin:begin + replica.observations_per_request]
                 try:
                     self._post(index, "/observe", encode_observations(keys[part], times[part]),
                                time.monotonic() + self.observe_deadline_s)
                     self._count("sent_observations", len(part))
+                    begin += len(part)
+                except TooLarge as err:
+                    if len(part) > 1:  # nothing was taken: the same observations in smaller bodies
+                        replica.observations_per_request = len(part) // 2
+                        continue
+                    dropped += len(mine) - begin
+                    self._fall_back(index, err)
+                    break
                 except (ServiceBusy, NotAccepted) as err:  # full, or nothing sent: keep them for the next flush
                     self._requeue(keys[mine[begin:]], times[mine[begin:]])
                     self._fall_back(index, err)
@@ -283,6 +298,8 @@ class RemotePredictor(Predictor):
             raise ServiceUnavailable(str(err)) from None
         if status == 503:
             raise ServiceBusy(f"HTTP 503: {payload[:200].decode(errors='replace')}")
+        if status == 413:
+            raise TooLarge(f"HTTP 413: {payload[:200].decode(errors='replace')}")
         if status != 200:
             raise ServiceUnavailable(f"HTTP {status}: {payload[:200].decode(errors='replace')}")
         replica.slow_until = 0.0
