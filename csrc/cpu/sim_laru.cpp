@@ -25,9 +25,10 @@ struct LaruParams {
     double margin = 0.03;    // ... by this share of the predictions' shadow's misses (or by k)
 };
 
-// One LARU cache of k ids. `ranks` is what its window compares (the predictions, or the
-// interval expert's answers for a shadow); a second tree, when asked for, holds the same
-// ids under the interval expert's ranks so that the window can follow that expert.
+// One LARU cache of k ids. Each access brings the key's rank (the prediction, or the
+// interval expert's answer for that shadow); `pred` only counts the predictor's calls.
+// A second tree, when asked for, holds the same ids under the interval expert's ranks so
+// that the window can follow that expert.
 class LaruCache {
 public:
     struct Step {
@@ -35,9 +36,9 @@ public:
         int32_t victim;  // -1: nothing evicted
     };
 
-    LaruCache(int64_t k, int64_t n_ids, const LaruParams& params, const Predictions& ranks, Counters& c,
+    LaruCache(int64_t k, int64_t n_ids, const LaruParams& params, const Predictions& pred, Counters& c,
               bool with_interval_tree)
-        : k_(k), params_(params), ranks_(ranks), c_(c), cache_(k, n_ids), key_(n_ids),
+        : k_(k), params_(params), pred_(pred), c_(c), cache_(k, n_ids), key_(n_ids),
           shadowed_(params.credit || params.guard >= 0),
           lru_shadow_(shadowed_ ? k : 0, shadowed_ ? n_ids : 0) {
         if (with_interval_tree) by_interval_.emplace(k, n_ids);
@@ -108,7 +109,7 @@ private:
         }
         const int64_t window =
             std::max<int64_t>(static_cast<int64_t>(std::floor(c_.lambda * static_cast<double>(k_))), 1);
-        const WindowChoice choice = choose_in_window(cache_, ranks_, c_, window);
+        const WindowChoice choice = choose_in_window(cache_, pred_, c_, window);
         int32_t victim = choice.victim;
         if (choice.by_prediction) {
             if (by_interval_ && intervals_lead()) {
@@ -129,7 +130,7 @@ private:
 
     int64_t k_;
     LaruParams params_;
-    const Predictions& ranks_;
+    const Predictions& pred_;
     Counters& c_;
     RecencyTree cache_;
     std::optional<RecencyTree> by_interval_;
@@ -162,12 +163,12 @@ private:
 void run_laru(const Requests& req, Recorder& rec, Counters& c, int64_t k, const Predictions& pred,
               const LaruParams& params) {
     auto never = [] { return false; };
+    auto record = [&](int64_t t, const LaruCache::Step& step) {
+        step.hit ? rec.hit(t) : step.victim >= 0 ? rec.miss(t, step.victim) : rec.miss(t);
+    };
     if (!params.intervals) {
         LaruCache cache(k, req.n_ids, params, pred, c, false);
-        for (int64_t t = 0; t < req.n; ++t) {
-            const LaruCache::Step step = cache.access(req.ids[t], pred.rank(t), 0.0, never);
-            step.hit ? rec.hit(t) : step.victim >= 0 ? rec.miss(t, step.victim) : rec.miss(t);
-        }
+        for (int64_t t = 0; t < req.n; ++t) record(t, cache.access(req.ids[t], pred.rank(t), 0.0, never));
         c.predict_on_access(pred, req.n);
         return;
     }
@@ -188,8 +189,7 @@ void run_laru(const Requests& req, Recorder& rec, Counters& c, int64_t k, const 
         const double interval_rank = intervals.on_access(id, t);
         predicted.access(id, pred.rank(t), 0.0, never);  // the shadows count this request first
         by_interval.access(id, interval_rank, 0.0, never);
-        const LaruCache::Step step = cache.access(id, pred.rank(t), interval_rank, intervals_lead);
-        step.hit ? rec.hit(t) : step.victim >= 0 ? rec.miss(t, step.victim) : rec.miss(t);
+        record(t, cache.access(id, pred.rank(t), interval_rank, intervals_lead));
     }
     c.predict_on_access(pred, req.n);
 }

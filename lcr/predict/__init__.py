@@ -21,8 +21,6 @@ LEARNED = ("lightgbm", "lightgbm-compact", "lightgbm-weak")
 QUERY_MODES = ("sync", "async")
 #: Settings a learned model's name may carry (``LightGBMConfig`` fields): its schedule.
 LEARNED_OPTIONS = ("retrain_every", "window")
-PREDICTORS = (*EXPERIMENTAL, *(f"{base}{suffix}" for base in LEARNED
-                              for suffix in ("", ":sync", ":async")))
 PREDICTOR_HELP = (f"{', '.join(EXPERIMENTAL)} or {', '.join(LEARNED)}; after a colon, ';'-separated: "
                   f"sync or async, and for a learned model {'=N, '.join(LEARNED_OPTIONS)}=N "
                   f"(e.g. lightgbm:async;window=80000)")
@@ -135,6 +133,6 @@ def make_learned_predictor(name: str, trace: Trace, seed: int = 0, capacity: int
     return TraceMetadataFeed(model, trace) if config.features.static_fields else model
 
 
-__all__ = ["Predictor", "ArrayPredictor", "PREDICTORS", "PREDICTOR_HELP", "LEARNED", "LEARNED_OPTIONS",
+__all__ = ["Predictor", "ArrayPredictor", "PREDICTOR_HELP", "LEARNED", "LEARNED_OPTIONS",
            "make_predictor", "make_predictions", "has_prediction_array", "learned_config",
            "parse_predictor", "parse_predictor_name", "format_predictor", "oracle_predictions", "true_next_times"]
