@@ -9,8 +9,11 @@ x 32 prompts, 2,048-token system prompt + 128-token question, 256 output tokens,
 shuffled) on workers whose prefill is compute-bound (one prompt prefilled at a time, decode
 batched over 64 running requests: PREFILL_BOUND), each with 32,768 cache tokens (4 workers
 hold half of the 262,144 distinct system-prompt tokens). Routers: round_robin, cache_aware
-(sglang-router's rule with 0.3.2's defaults and with 0.1.9's), LBGR with the paper's greedy rule (queueing=none) and with
-lcr's queueing=little, each x {lru, rlt}; 3 arrival seeds, mean and spread (max - min).
+(sglang-router's rule with 0.3.2's defaults and with 0.1.9's), LBGR with the paper's greedy rule
+(queueing=none), lcr's default (queueing=little, queued prefill as load) and lcr's rule with the
+paper's decayed load, each x {lru, rlt}; 3 arrival seeds, mean and spread (max - min). The
+rates section also prints two ceilings on the cluster hit rate
+(``lcr.route.workload.shared_prefix_hit_ceilings``).
 The 4-worker table adds LBGR and cache_aware whose index forgets past the worker's cache size
 (",capped") and ablations of LBGR's choices (first_sight=score, no_dup_cost, confidence=0).
 1. rates: 4 workers at 12, 20 and 24 req/s (light, near saturation, overloaded).
@@ -44,14 +47,19 @@ from lcr.route.routers import ROUTERS as ROUTER_NAMES, make_router
 from lcr.route.service import ServiceModel
 from lcr.route.sim import simulate
 from lcr.route.workload import (azure_arrivals, from_trace, poisson_arrivals, shared_prefix,
-                                with_arrivals)
+                                shared_prefix_hit_ceilings, with_arrivals)
 from lcr.sim.sweep import PolicySpec
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 # cache_aware twice: sglang-router 0.3.2's defaults (installed) and 0.1.9's (the release
 # current when the paper ran its cache-aware baseline: it balances far more readily).
+# LBGR three ways: the paper's greedy rule (queueing=none, decayed load), lcr's default
+# (queueing=little, queued prefill, time-averaged in-flight count), and the default with the
+# paper's decayed load and momentary count (LBGR's own default until it took serve-router's).
+DECAYED = {"load": "decay", "in_flight": "now"}
 ROUTERS = [("round_robin", {}), ("cache_aware", {}), ("cache_aware", {"defaults": "0.1.9"}),
-           ("lbgr", {"queueing": "none"}), ("lbgr", {"queueing": "little"})]
+           ("lbgr", {"queueing": "none"}), ("lbgr", {"queueing": "little"}),
+           ("lbgr", {"queueing": "little", **DECAYED})]
 SECTIONS = ("rates", "workers", "workers_scaled", "zipf", "earlier", "mooncake", "sharegpt")
 POLICIES = ("lru", "rlt")
 SEEDS = (0, 1, 2)
@@ -62,8 +70,8 @@ PREFILL_BOUND = ServiceModel(miss_s_per_token=1.5e-4, hit_s_per_token=1e-6, deco
 GSP = dict(prompt_tokens=2048 + 128, prefix_ratio=2048 / (2048 + 128), output_tokens=256)
 
 
-# LBGR whose load is the work still queued at each worker (drains 1 s per second) instead
-# of the paper's decayed recent work.
+# LBGR whose load is all the work still queued at each worker (drains 1 s per second), decode
+# included, instead of its queued prefill.
 BACKLOG = ("lbgr", {"queueing": "little", "load": "backlog"})
 
 # Ablation: LBGR's index forgetting past the worker's 32,768 cache tokens (least recently
@@ -177,6 +185,11 @@ def main() -> int:
 
     paper = scaling = None
     if "rates" in sections:
+        ceilings = [shared_prefix_hit_ceilings(gsp[seed], 4 * 32_768) for seed in SEEDS]
+        result["gsp_4_workers_hit_ceilings"] = {key: float(np.mean([c[key] for c in ceilings]))
+                                                for key in ceilings[0]}
+        print("4 workers x 32,768 tokens, ceilings on the cluster hit rate (mean of the seeds):",
+              ", ".join(f"{key} {value:.3f}" for key, value in result["gsp_4_workers_hit_ceilings"].items()))
         paper = []
         for rate in (float(x) for x in args.rates.split(",") if x):
             rows = cell(poisson(gsp, rate), 4, 32_768, PREFILL_BOUND, routers + CAPPED)

@@ -18,8 +18,6 @@ from lcr.sim.args import check_limit, check_seed
 from lcr.sim.cli import split_policies
 from lcr.sim.sweep import PolicySpec
 
-LIVE_DEFAULT_ROUTER = "lbgr:load=prefill;in_flight=mean"   # serve-router's --router default
-
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
@@ -63,12 +61,10 @@ def register(subparsers) -> None:
                     "/v1/chat/completions are forwarded (streaming too) to the worker the chosen "
                     "router picks; failed workers leave rotation and their requests are retried.")
     s.add_argument("--worker-urls", required=True, help="comma-separated worker base URLs")
-    # The live default is LBGR pricing the queue a new request's first token waits behind
-    # (docs/routing.md, "Time to first token"): measured live against sglang-router's
-    # cache_aware, it kept prefixes together where LBGR's decayed load split them.
-    s.add_argument("--router", default=LIVE_DEFAULT_ROUTER,
-                   help=f"one of {', '.join(ROUTERS)}, with parameters after ':' separated by ';' "
-                        f"(default: {LIVE_DEFAULT_ROUTER.replace('%', '%%')})")
+    # The same LBGR as sim-route's (one default: docs/routing.md, "One default").
+    s.add_argument("--router", default="lbgr",
+                   help=f"one of {', '.join(ROUTERS)}, with parameters after ':' separated by ';', "
+                        "e.g. lbgr:load=decay;in_flight=now (the paper's decayed load) (default: lbgr)")
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=30000)
     s.add_argument("--block-tokens", type=int, default=64, help="tokens per prefix block the router tracks")

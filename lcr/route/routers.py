@@ -181,13 +181,14 @@ class LBGRRouter(Router):
     """Learning-based greedy routing.
 
     ``features``: ``paper`` (hit, miss, load), ``intercept`` (a constant only, as the authors'
-    released router learns), or ``paper+intercept``. ``load``: how P_i forgets. ``decay``
-    (the paper's): by ``decay`` every ``decay_interval`` seconds (the authors: 31/32 every
-    20 ms), a finished request releasing what is left of its share, so P measures the last
-    ~0.6 s of routed work. ``backlog``: P drains by one second per second, the rate at which
-    a worker works off occupancy, so P is the work still queued there, however old (with
-    skewed groups the hot group's worker builds a backlog that the decayed load forgets:
-    docs/routing.md, "Skewed groups"). ``prefill``: P is the prefill still queued (each
+    released router learns), or ``paper+intercept``. ``load``: what P_i holds (default:
+    ``prefill`` under ``queueing=little``, the paper's ``decay`` under ``queueing=none``).
+    ``decay``: P decays by ``decay`` every ``decay_interval`` seconds (the authors: 31/32
+    every 20 ms), a finished request releasing what is left of its share, so P measures the
+    last ~0.6 s of routed work. ``backlog``: P drains by one second per second, the rate at
+    which a worker works off occupancy, so P is the work still queued there, however old
+    (with skewed groups the hot group's worker builds a backlog that the decayed load
+    forgets: docs/routing.md, "Skewed groups"). ``prefill``: P is the prefill still queued (each
     routed request adds its prefill over the prefill lanes, draining 1 s per second), and
     a request waits for a decode slot only once all are taken (``slot_wait``): a continuous
     batcher starts a request as soon as its prefill lane and a slot are free, so requests
@@ -214,7 +215,7 @@ class LBGRRouter(Router):
     ``in_flight``: the count of requests at a worker that ``queueing`` multiplies. By
     Little's law the requests expected to arrive while this one is in flight are the
     worker's *time-averaged* number in flight, of which the count at this moment is one
-    noisy sample. ``now`` (the default) uses that sample; ``mean`` the count averaged over
+    noisy sample. ``now`` uses that sample; ``mean`` (the default) the count averaged over
     the last mean request latency (exponentially, from the router's own routed and
     completed requests), so a momentary imbalance (4 clients: a 3-to-0 split that lasts a
     few requests) is not priced as a standing queue, while a standing one still is. A
@@ -258,7 +259,7 @@ class LBGRRouter(Router):
                  decay_interval: float = 0.02, hysteresis: float = 0.02, queueing: str = "little",
                  max_index_tokens: int | None = None, learn: bool = True, record: bool = False,
                  duplicate_cost: bool = True, first_sight: str | None = None, confidence: float = 2.0,
-                 load: str = "decay", copy_cost: str = "once", in_flight: str = "now"):
+                 load: str | None = None, copy_cost: str = "once", in_flight: str = "mean"):
         super().__init__(workers, seed)
         if in_flight not in self.IN_FLIGHT:
             raise LcrInputError(f"lbgr: in_flight must be one of {', '.join(self.IN_FLIGHT)}, got {in_flight!r}")
@@ -276,6 +277,9 @@ class LBGRRouter(Router):
         # copy_cost=group: block path -> requests routed through it, least recently routed
         # first, bounded.
         self._routed_through: OrderedDict[int, int] = OrderedDict()
+        # lcr's cluster-cost rule prices queued prefill (measured best live and on multi-turn
+        # chat: docs/routing.md, "One default"); the paper's rule keeps its decayed load.
+        load = load or ("prefill" if queueing == "little" else "decay")
         if load not in self.LOADS:
             raise LcrInputError(f"lbgr: load must be one of {', '.join(self.LOADS)}, got {load!r}")
         self.load_rule = load

@@ -69,6 +69,48 @@ def shared_prefix(groups: int = 128, prompts: int = 32, prompt_tokens: int = 102
     return out
 
 
+def shared_prefix_hit_ceilings(pairs: list[tuple[BlockRequest, int]], cluster_tokens: int) -> dict[str, float]:
+    """Two ceilings on the expected cluster token hit rate of a ``shared_prefix`` workload,
+    for any router and any KV policies that decide without seeing requests not yet started
+    (docs/routing.md, "A ceiling"). The cluster holds at most ``held`` = cluster_tokens /
+    prefix of the groups' prefixes; a question's tokens are never shared, so only prefix
+    tokens can hit.
+
+    - ``independent``: a policy that treats each request's group as an independent draw
+      from the groups' shares (none here counts what a group has left) does best holding
+      the ``held`` largest groups, so at most their share of requests hits.
+    - ``count_aware``: the shuffle draws the next request in proportion to the prompts each
+      group has left, so a policy counting them down could do better; at each request the
+      ideal one holds the groups with the most prompts left (refilling them for free)."""
+    if not pairs or cluster_tokens < 0:
+        raise LcrInputError("shared_prefix_hit_ceilings: need requests and cluster_tokens >= 0")
+    seen: dict[int, int] = {}
+    for request, _ in pairs:
+        for path in request.paths:
+            seen[path] = seen.get(path, 0) + 1
+    prefix = max(sum(t for path, t in zip(request.paths, request.tokens) if seen[path] > 1)
+                 for request, _ in pairs)
+    if prefix == 0:
+        raise LcrInputError("shared_prefix_hit_ceilings: no block is shared by two requests")
+    groups: dict[int, int] = {}   # a group's first block -> its index
+    order = np.array([groups.setdefault(request.paths[0], len(groups)) for request, _ in pairs])
+    held, part = divmod(cluster_tokens, prefix)
+
+    def best_share(counts: np.ndarray) -> float:
+        most = np.sort(counts)[::-1]
+        top = most[:held].sum() + (most[held] * part / prefix if held < len(most) else 0.0)
+        return float(top / counts.sum())
+
+    left = np.bincount(order).astype(float)
+    independent = best_share(left)
+    count_aware = 0.0
+    for group in order:
+        count_aware += best_share(left)
+        left[group] -= 1
+    share = prefix / pairs[0][0].total_tokens
+    return {"independent": independent * share, "count_aware": count_aware / len(order) * share}
+
+
 def _split(tokens: int, block_tokens: int) -> list[int]:
     full, rest = divmod(tokens, block_tokens)
     return [block_tokens] * full + ([rest] if rest else [])
