@@ -188,9 +188,9 @@ class LBGRRouter(Router):
     last ~0.6 s of routed work. ``backlog``: P drains by one second per second, the rate at
     which a worker works off occupancy, so P is the work still queued there, however old
     (with skewed groups the hot group's worker builds a backlog that the decayed load
-    forgets: docs/routing.md, "Skewed groups"). ``prefill``: P is the prefill still queued (each
-    routed request adds its prefill over the prefill lanes, draining 1 s per second), and
-    a request waits for a decode slot only once all are taken (``slot_wait``): a continuous
+    forgets: docs/routing.md, "Skewed groups"). ``prefill``: P is the prefill still queued
+    (each routed request adds its prefill over the prefill lanes, draining 1 s per second),
+    and a request waits for a decode slot only once all are taken (``slot_wait``): a continuous
     batcher starts a request as soon as its prefill lane and a slot are free, so requests
     decoding in free slots do not hold it back; in the same terms the queueing term
     counts a request's decode against later ones only when it takes the last free slot
