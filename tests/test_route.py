@@ -403,8 +403,9 @@ def test_lbgr_group_copy_cost_counts_the_requests_that_shared_the_prefix():
     capped = LBGRRouter(2, service=service, learn=False, **DECAYED, copy_cost="group")
     for rid in range(LBGRRouter.GROUP_LIMIT + 5):
         capped.route(req(rid, [1, 2, 30 + rid]), 0.0, [0, 0])
-    assert capped.group_size(BlockRequest((1, 2, 99), (100, 100, 100)), 200) == LBGRRouter.GROUP_LIMIT
-    assert capped.group_size(BlockRequest((1, 2, 99), (100, 100, 100)), 0) == 1
+    probe = BlockRequest((1, 2, 99), (100, 100, 100))
+    assert capped.group_size(capped.held_path(probe, 200)) == LBGRRouter.GROUP_LIMIT
+    assert capped.group_size(capped.held_path(probe, 0)) == 1
     with pytest.raises(ValueError):
         LBGRRouter(2, copy_cost="always")
 
@@ -625,6 +626,70 @@ def test_shared_prefix_zipf_groups_follow_their_rank():
     assert len({r.paths[-1] for r, _ in skewed}) == 400       # every question its own
     with pytest.raises(ValueError):
         shared_prefix(zipf_alpha=-1)
+
+
+def test_prefix_demand_counts_requests_and_reads_a_steady_rate():
+    from lcr.route.prefix_demand import PrefixDemand
+
+    demand = PrefixDemand(horizon=2.0, limit=3)
+    for i in range(400):                           # 5 requests/s through blocks 1 and 2
+        demand.record([1, 2], i / 5)
+    assert demand.count(1) == 400 and demand.count(7) == 0 and demand.count(None) == 0
+    # Each request adds 1/horizon, decaying by e per horizon: a steady 5/s reads 5 (to the
+    # discretisation of 0.2 s steps), and 2 s later e times less.
+    assert demand.rate(1, 79.8) == pytest.approx(5.0, rel=0.06)
+    assert demand.rate(1, 81.8) == pytest.approx(demand.rate(1, 79.8) / math.e)
+    demand.record([3, 4], 80.0)                    # past the limit: the least recently routed goes
+    assert demand.count(1) == 0 and demand.count(2) == 400 and demand.rate(1, 80.0) == 0.0
+    with pytest.raises(ValueError):
+        PrefixDemand(horizon=0)
+
+
+def test_lbgr_a_hot_prefixs_second_copy_costs_nothing():
+    """A held prefix whose requests arrive at hot_share or more of a worker's capacity
+    (slots over the mean decode time) is hot: copying it to another worker is not charged
+    the second-copy cost (its own later requests fill the copy). A cold one is; hot_share=0
+    charges it always."""
+    service = ServiceModel(miss_s_per_token=1e-3, hit_s_per_token=0.0, decode_s_per_token=0.01,
+                           slots=4, prefill_slots=1)
+
+    def copy_cost(rate, **params):
+        router = LBGRRouter(2, service=service, learn=False, **params)
+        router._mean_output = 100.0                # 1 s of decode: capacity 4 requests/s
+        router.indexes[0].insert(BlockRequest((1, 2, 3), (100,) * 3))
+        for i in range(int(rate * 60)):            # a minute of requests through the prefix
+            router.demand.record([1, 2, 3], i / rate)
+        # Nothing in flight: worker 1's queueing term is the copy's cost alone.
+        return router.estimates(req(0, [1, 2, 3, 4]), 60.0, [0, 0])[1].queueing
+
+    cold, hot = copy_cost(0.5), copy_cost(2.0)     # 1/8 and 1/2 of a worker
+    assert cold == pytest.approx(LBGRRouter(2, service=service).duplication(300, 0))
+    assert hot == 0.0
+    assert copy_cost(2.0, hot_share=0) == pytest.approx(cold)
+    assert copy_cost(2.0, hot_share=0.6) == pytest.approx(cold)
+    with pytest.raises(ValueError):
+        LBGRRouter(1, hot_share=-1)
+
+
+def test_lbgr_lets_a_hot_group_take_a_second_worker():
+    """Skewed groups (zipf 1.0: the hottest has 18% of the requests) on prefill-bound workers
+    at 28 req/s: charged the second-copy cost, LBGR kept the hot group on a worker it
+    overloaded; as a hot prefix the copy is free and the TTFT tail falls, at the same hit
+    rate."""
+    service = ServiceModel(miss_s_per_token=1.5e-4, hit_s_per_token=1e-6, decode_s_per_token=0.025,
+                           slots=64, prefill_slots=1)
+    runs = {}
+    for seed in (0, 1, 2):
+        pairs = shared_prefix(groups=128, prompts=32, prompt_tokens=2176, prefix_ratio=2048 / 2176,
+                              output_tokens=256, zipf_alpha=1.0, seed=seed)
+        requests = with_arrivals(pairs, poisson_arrivals(len(pairs), 28.0, seed))
+        for name, params in (("hot", {}), ("always charged", {"hot_share": 0})):
+            out = simulate(requests, make_router("lbgr", 4, seed, service=service, **params), policy="lru",
+                           cache_tokens=65536, service=service, seed=seed)
+            runs.setdefault(name, []).append((out.hit_rate, out.ttft_p95))
+    hot, charged = np.array(runs["hot"]), np.array(runs["always charged"])
+    assert hot[:, 1].mean() < 0.5 * charged[:, 1].mean(), runs
+    assert hot[:, 0].mean() >= charged[:, 0].mean() - 0.005, runs
 
 
 def test_shared_prefix_hit_ceilings_count_what_a_cluster_can_hold():

@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections import OrderedDict, deque
+from collections import deque
 from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
 from lcr.errors import LcrInputError
+from lcr.route.prefix_demand import PrefixDemand
 from lcr.route.prefix_index import ApproxPrefixIndex
 from lcr.route.rls import RecursiveLeastSquares
 from lcr.route.service import ServiceModel
@@ -221,6 +222,12 @@ class LBGRRouter(Router):
     few requests) is not priced as a standing queue, while a standing one still is. A
     request's own wait for a slot (``slot_wait``) stays on the count now.
 
+    ``hot_share``: a held prefix whose requests arrive at ``hot_share`` or more of one
+    worker's capacity (its slots over the mean decode time, requests/s) is hot, and a second
+    copy of it costs nothing: its own later requests fill the copy, where the second-copy
+    cost assumes the copy only displaces other prefixes. Without it LBGR kept a hot group on
+    a worker it overloaded (docs/routing.md, "Skewed groups"). 0 turns it off.
+
     ``copy_cost``: how many times the second-copy cost is counted. ``once`` (the default):
     one re-prefill of the copied tokens. ``group``: once per request that has shared the
     held prefix so far (up to ``GROUP_LIMIT``): a prefix that served n requests is expected
@@ -253,13 +260,15 @@ class LBGRRouter(Router):
     LATENCY_MEMORY = 256  # completions the mean latency (in_flight=mean's time scale) spans
     GROUP_LIMIT = 8
     PATHS_LIMIT = 1 << 20
+    DEMAND_HORIZON = 10.0  # seconds a prefix's request rate averages over (hot_share)
 
     def __init__(self, workers: int, seed: int = 0, service: ServiceModel | None = None,
                  features: str = "paper", forgetting: float = 0.992, decay: float = 31 / 32,
                  decay_interval: float = 0.02, hysteresis: float = 0.02, queueing: str = "little",
                  max_index_tokens: int | None = None, learn: bool = True, record: bool = False,
                  duplicate_cost: bool = True, first_sight: str | None = None, confidence: float = 2.0,
-                 load: str | None = None, copy_cost: str = "once", in_flight: str = "mean"):
+                 load: str | None = None, copy_cost: str = "once", in_flight: str = "mean",
+                 hot_share: float = 0.25):
         super().__init__(workers, seed)
         if in_flight not in self.IN_FLIGHT:
             raise LcrInputError(f"lbgr: in_flight must be one of {', '.join(self.IN_FLIGHT)}, got {in_flight!r}")
@@ -274,9 +283,11 @@ class LBGRRouter(Router):
         if copy_cost not in self.COPY_COSTS:
             raise LcrInputError(f"lbgr: copy_cost must be one of {', '.join(self.COPY_COSTS)}, got {copy_cost!r}")
         self.copy_cost = copy_cost
-        # copy_cost=group: block path -> requests routed through it, least recently routed
-        # first, bounded.
-        self._routed_through: OrderedDict[int, int] = OrderedDict()
+        if not (math.isfinite(hot_share) and hot_share >= 0):
+            raise LcrInputError(f"lbgr: hot_share must be a number >= 0, got {hot_share!r}")
+        self.hot_share = hot_share
+        # Requests routed through each prefix block, and their rate (copy_cost=group, hot_share).
+        self.demand = PrefixDemand(self.DEMAND_HORIZON, self.PATHS_LIMIT)
         # lcr's cluster-cost rule prices queued prefill (measured best live and on multi-turn
         # chat: docs/routing.md, "One default"); the paper's rule keeps its decayed load.
         load = load or ("prefill" if queueing == "little" else "decay")
@@ -348,7 +359,11 @@ class LBGRRouter(Router):
         hits = [index.match(request.request) for index in self.indexes]
         # The longest prefix some worker in rotation is believed to hold.
         held = max((hits[w] for w in range(self.workers) if w not in self.dead), default=0)
-        copies = self.group_size(request.request, held) if self.copy_cost == "group" else 1
+        held_path = self.held_path(request.request, held)
+        if self.is_hot(held_path, now):
+            copies = 0
+        else:
+            copies = self.group_size(held_path) if self.copy_cost == "group" else 1
         out = []
         for worker, hit in enumerate(hits):
             miss = request.prompt_tokens - hit
@@ -409,16 +424,28 @@ class LBGRRouter(Router):
         waiting = outstanding - self.service.slots + 1
         return max(0, waiting) * self.service.decode(self._mean_output) / self.service.slots
 
-    def group_size(self, request, held: int) -> int:
-        """Requests routed so far through the deepest block of the ``held``-token prefix (at
-        least 1, at most ``GROUP_LIMIT``)."""
+    @staticmethod
+    def held_path(request, held: int) -> int | None:
+        """The deepest block of ``request``'s first ``held`` tokens (None if none)."""
         deepest, tokens = None, 0
         for path, block in zip(request.paths, request.tokens):
             if tokens + block > held:
                 break
             tokens += block
             deepest = path
-        return min(self.GROUP_LIMIT, max(1, self._routed_through.get(deepest, 0)))
+        return deepest
+
+    def group_size(self, held_path: int | None) -> int:
+        """Requests routed so far through ``held_path`` (at least 1, at most ``GROUP_LIMIT``)."""
+        return min(self.GROUP_LIMIT, max(1, self.demand.count(held_path)))
+
+    def is_hot(self, held_path: int | None, now: float) -> bool:
+        """Whether requests through ``held_path`` arrive at ``hot_share`` of a worker's
+        capacity or more (never before a decode time is known)."""
+        decode = self.service.decode(self._mean_output)
+        if self.hot_share <= 0 or held_path is None or decode <= 0:
+            return False
+        return self.demand.rate(held_path, now) >= self.hot_share * self.service.slots / decode
 
     def duplication(self, tokens: int, outstanding: int) -> float:
         """What storing a second copy of ``tokens`` prefix tokens, already cached at another
@@ -466,13 +493,8 @@ class LBGRRouter(Router):
         self._in_flight[request.rid] = (best, _InFlight(cost, now, chosen.cost + chosen.load, chosen.phi))
         self._count_change(best, +1, now)
         self.indexes[best].insert(request.request)
-        if self.copy_cost == "group":
-            counts = self._routed_through
-            for path in request.request.paths:
-                counts[path] = counts.get(path, 0) + 1
-                counts.move_to_end(path)
-            while len(counts) > self.PATHS_LIMIT:
-                counts.popitem(last=False)
+        if self.duplicate_cost:
+            self.demand.record(request.request.paths, now)
         return best
 
     def on_complete(self, worker, request, now, latency):
