@@ -475,6 +475,11 @@ def test_lbgr_little_keeps_groups_together_when_prefill_is_the_bottleneck():
 
 def test_lbgr_index_forgets_past_the_workers_cache_and_cache_aware_does_not():
     assert make_router("lbgr", 2, cache_tokens=300, max_index_tokens=None).indexes[0].max_tokens is None
+    # Without a cache size, both keep sglang-router's bound (2^26 characters, ~2^24 tokens),
+    # so a long-running serve-router does not grow with every prompt it sees.
+    for name in ("lbgr", "cache_aware"):
+        assert {index.max_tokens for index in make_router(name, 2).indexes} == {1 << 24}, name
+    assert make_router("lbgr", 2).demand.limit == LBGRRouter.PATHS_LIMIT == 1 << 18
     for name, kept in (("lbgr", 600), ("cache_aware", 900)):
         router = make_router(name, 2, cache_tokens=300)
         for i in range(3):                                   # three 300-token chains, two workers

@@ -4,6 +4,10 @@ Routers cannot see a worker's real radix cache, so, like SGLang's router, they k
 approximate one: every block routed to a worker is assumed cached there until the index
 outgrows ``max_tokens``, when the least recently routed blocks are forgotten. A prefix
 match walks the request's block chain while the worker holds it.
+
+By default the bound is sglang-router's own (``max_tree_size``, 2^26 characters per worker
+since 0.2.0: about 2^24 tokens): far past any KV pool, so it changes no decision here, but a
+long-running router no longer grows with every new prompt it sees.
 """
 from __future__ import annotations
 
@@ -12,11 +16,14 @@ from collections import OrderedDict
 from lcr.kv.requests import BlockRequest
 
 
-class ApproxPrefixIndex:
-    """Blocks routed to one worker, least recently routed first. Not thread-safe: one
-    router owns it and calls it from one thread."""
+DEFAULT_MAX_TOKENS = 1 << 24
 
-    def __init__(self, max_tokens: int | None = None):
+
+class ApproxPrefixIndex:
+    """Blocks routed to one worker, least recently routed first (``max_tokens=None``: never
+    forgotten). Not thread-safe: one router owns it and calls it from one thread."""
+
+    def __init__(self, max_tokens: int | None = DEFAULT_MAX_TOKENS):
         self.max_tokens = max_tokens
         self.tokens = 0
         self._blocks: OrderedDict[int, int] = OrderedDict()  # path id -> tokens

@@ -33,7 +33,7 @@ import numpy as np
 
 from lcr.errors import LcrInputError
 from lcr.route.prefix_demand import PrefixDemand
-from lcr.route.prefix_index import ApproxPrefixIndex
+from lcr.route.prefix_index import DEFAULT_MAX_TOKENS, ApproxPrefixIndex
 from lcr.route.rls import RecursiveLeastSquares
 from lcr.route.service import ServiceModel
 from lcr.route.workload import RoutedRequest
@@ -108,15 +108,14 @@ class CacheAwareRouter(Router):
 
     name = "cache_aware"
     # sglang-router's RouterArgs defaults (cache_threshold, balance_abs_threshold,
-    # balance_rel_threshold). Their tree bound (max_tree_size: 2^24 characters in 0.1.9,
-    # 2^26 since 0.2.0) is never reached by the workloads here, so the index is unbounded
-    # unless max_index_tokens is given.
+    # balance_rel_threshold). Its tree bound (max_tree_size: 2^24 characters in 0.1.9, 2^26
+    # since 0.2.0) is the index's default (DEFAULT_MAX_TOKENS), never reached here.
     DEFAULTS = {"0.3.2": {"cache_threshold": 0.3, "balance_abs": 64, "balance_rel": 1.5},
                 "0.1.9": {"cache_threshold": 0.5, "balance_abs": 32, "balance_rel": 1.0001}}
 
     def __init__(self, workers: int, seed: int = 0, defaults: str = "0.3.2",
                  cache_threshold: float | None = None, balance_abs: int | None = None,
-                 balance_rel: float | None = None, max_index_tokens: int | None = None):
+                 balance_rel: float | None = None, max_index_tokens: int | None = DEFAULT_MAX_TOKENS):
         super().__init__(workers, seed)
         preset = self.DEFAULTS.get(str(defaults))
         if preset is None:
@@ -259,13 +258,13 @@ class LBGRRouter(Router):
     IN_FLIGHT = ("now", "mean")
     LATENCY_MEMORY = 256  # completions the mean latency (in_flight=mean's time scale) spans
     GROUP_LIMIT = 8
-    PATHS_LIMIT = 1 << 20
+    PATHS_LIMIT = 1 << 18   # prefix blocks whose demand LBGR remembers (66 MB when full)
     DEMAND_HORIZON = 10.0  # seconds a prefix's request rate averages over (hot_share)
 
     def __init__(self, workers: int, seed: int = 0, service: ServiceModel | None = None,
                  features: str = "paper", forgetting: float = 0.992, decay: float = 31 / 32,
                  decay_interval: float = 0.02, hysteresis: float = 0.02, queueing: str = "little",
-                 max_index_tokens: int | None = None, learn: bool = True, record: bool = False,
+                 max_index_tokens: int | None = DEFAULT_MAX_TOKENS, learn: bool = True, record: bool = False,
                  duplicate_cost: bool = True, first_sight: str | None = None, confidence: float = 2.0,
                  load: str | None = None, copy_cost: str = "once", in_flight: str = "mean",
                  hot_share: float = 0.25):
