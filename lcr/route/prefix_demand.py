@@ -25,20 +25,25 @@ class PrefixDemand:
 
     def record(self, paths: Iterable[int], now: float) -> None:
         """One request routed through ``paths`` at ``now`` (seconds)."""
+        blocks = self._paths
         for path in paths:
-            count, _, _ = self._paths.get(path, (0, 0.0, now))
-            self._paths[path] = (count + 1, self.rate(path, now) + 1.0 / self.horizon, now)
-            self._paths.move_to_end(path)
-        while len(self._paths) > self.limit:
-            self._paths.popitem(last=False)
+            entry = blocks.get(path)
+            count, rate = (0, 0.0) if entry is None else (entry[0], self._decayed(entry, now))
+            blocks[path] = (count + 1, rate + 1.0 / self.horizon, now)
+            blocks.move_to_end(path)
+        while len(blocks) > self.limit:
+            blocks.popitem(last=False)
 
     def count(self, path: int | None) -> int:
-        return self._paths[path][0] if path in self._paths else 0
+        entry = self._paths.get(path)
+        return 0 if entry is None else entry[0]
 
     def rate(self, path: int | None, now: float) -> float:
         """Requests per second through ``path`` lately (each one adds 1 / horizon, decaying
         by e every horizon seconds: a steady stream of r per second reads r)."""
-        if path not in self._paths:
-            return 0.0
-        _, rate, at = self._paths[path]
+        entry = self._paths.get(path)
+        return 0.0 if entry is None else self._decayed(entry, now)
+
+    def _decayed(self, entry: tuple[int, float, float], now: float) -> float:
+        _, rate, at = entry
         return rate * math.exp(-max(0.0, now - at) / self.horizon)

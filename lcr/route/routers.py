@@ -308,6 +308,9 @@ class LBGRRouter(Router):
         if queueing not in self.QUEUEING:
             raise LcrInputError(f"lbgr: queueing must be one of {', '.join(self.QUEUEING)}, got {queueing!r}")
         self.queueing = queueing
+        # Only the second-copy cost reads the demand (its group count and hot prefixes).
+        self._tracks_demand = (queueing == "little" and self.duplicate_cost
+                               and (hot_share > 0 or copy_cost == "group"))
         if not 0 < decay <= 1 or decay_interval <= 0:
             raise LcrInputError("lbgr: decay must be in (0, 1] and decay_interval > 0")
         self.service = service or ServiceModel()
@@ -492,7 +495,7 @@ class LBGRRouter(Router):
         self._in_flight[request.rid] = (best, _InFlight(cost, now, chosen.cost + chosen.load, chosen.phi))
         self._count_change(best, +1, now)
         self.indexes[best].insert(request.request)
-        if self.duplicate_cost:
+        if self._tracks_demand:
             self.demand.record(request.request.paths, now)
         return best
 
