@@ -1,7 +1,7 @@
 // Python bindings of the SlabHashCache kernels. Tensors arrive as raw device pointers,
 // the caller's CUDA stream as an integer handle and the cache's device as an index, so
-// the module never links libtorch. The CUDA runtime here is linked statically and keeps
-// its own current device, so every launch first selects the cache's device.
+// the module never links libtorch. Every call selects the cache's device for its launches
+// and gives the caller's current device back afterwards (DeviceGuard).
 // The CPU engine (csrc/cpu/slab_cache.cpp) and the warp model bind the same signatures.
 #include <cuda_runtime.h>
 #include <pybind11/pybind11.h>
@@ -24,15 +24,32 @@ void check(cudaError_t status, const char* what) {
     if (status != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(status));
 }
 
-cudaStream_t on_device(int device, uintptr_t stream) {
-    check(cudaSetDevice(device), "cudaSetDevice");
-    return reinterpret_cast<cudaStream_t>(stream);
-}
+// The current device belongs to the calling thread and is shared with torch: switch only
+// for the call, and only when it differs (cudaSetDevice is not free).
+class DeviceGuard {
+public:
+    explicit DeviceGuard(int device) {
+        check(cudaGetDevice(&previous_), "cudaGetDevice");
+        if (previous_ != device) check(cudaSetDevice(device), "cudaSetDevice");
+        else previous_ = -1;
+    }
+    ~DeviceGuard() {
+        if (previous_ >= 0) cudaSetDevice(previous_);  // no throwing from a destructor
+    }
+    DeviceGuard(const DeviceGuard&) = delete;
+    DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+private:
+    int previous_ = -1;
+};
+
+cudaStream_t as_stream(uintptr_t stream) { return reinterpret_cast<cudaStream_t>(stream); }
 
 void slab_probe(const py::tuple& view, uintptr_t keys, int64_t n, uintptr_t slot_of, uintptr_t readback,
                 uintptr_t stream, int device) {
+    const DeviceGuard guard(device);
     const SlabTable t = slab_table_from(view);
-    const cudaStream_t s = on_device(device, stream);
+    const cudaStream_t s = as_stream(stream);
     check(cudaMemsetAsync(data_at<int64_t>(readback), 0, slab_kernels::kMissEntries * sizeof(int64_t), s),
           "slab_probe read-back reset");
     check(launch_slab_probe(t, data_at<int64_t>(keys), n, data_at<int64_t>(slot_of), data_at<int64_t>(readback), s),
@@ -41,43 +58,48 @@ void slab_probe(const py::tuple& view, uintptr_t keys, int64_t n, uintptr_t slot
 
 void slab_refresh(const py::tuple& view, uintptr_t slot_of, int64_t n, int64_t clock, uintptr_t hit_count,
                   uintptr_t stream, int device) {
+    const DeviceGuard guard(device);
     const SlabTable t = slab_table_from(view);
     check(launch_slab_refresh(t, data_at<int64_t>(slot_of), n, clock, data_at<int64_t>(hit_count),
-                              on_device(device, stream)),
+                              as_stream(stream)),
           "slab_refresh kernel");
 }
 
 void slab_insert_groups(const py::tuple& view, uintptr_t keys, uintptr_t first, uintptr_t members, uintptr_t starts,
                         int64_t groups, int64_t clock, int64_t stamp_base, uintptr_t slots, uintptr_t evicted,
                         uintptr_t stream, int device) {
+    const DeviceGuard guard(device);
     const SlabTable t = slab_table_from(view);
     check(launch_slab_insert_groups(t, data_at<int64_t>(keys), data_at<int64_t>(first), data_at<int64_t>(members),
                                     data_at<int64_t>(starts), groups, clock, stamp_base, data_at<int64_t>(slots),
-                                    data_at<int64_t>(evicted), on_device(device, stream)),
+                                    data_at<int64_t>(evicted), as_stream(stream)),
           "slab_insert_groups kernel");
 }
 
 void slab_set_predictions(const py::tuple& view, uintptr_t keys, uintptr_t values, int64_t n, uintptr_t stream,
                           int device) {
+    const DeviceGuard guard(device);
     const SlabTable t = slab_table_from(view);
     check(launch_slab_set_predictions(t, data_at<int64_t>(keys), data_at<double>(values), n,
-                                      on_device(device, stream)),
+                                      as_stream(stream)),
           "slab_set_predictions kernel");
 }
 
 void slab_gather(uintptr_t rows, int64_t row_bytes, uintptr_t slot_of, int64_t n, uintptr_t out, uintptr_t stream,
                  int device) {
+    const DeviceGuard guard(device);
     if (row_bytes < 1) throw std::invalid_argument("row_bytes must be at least 1");
     check(launch_slab_gather(data_at<const void>(rows), row_bytes, data_at<int64_t>(slot_of), n, data_at<void>(out),
-                             on_device(device, stream)),
+                             as_stream(stream)),
           "slab_gather kernel");
 }
 
 void slabsets_of_device(uintptr_t keys, int64_t n, uint32_t num_slabsets, uintptr_t out, uintptr_t stream,
                         int device) {
+    const DeviceGuard guard(device);
     if (num_slabsets == 0) throw std::invalid_argument("num_slabsets must be at least 1");
     check(launch_slabsets_of_device(data_at<int64_t>(keys), n, num_slabsets, data_at<int32_t>(out),
-                                    on_device(device, stream)),
+                                    as_stream(stream)),
           "slabsets_of kernel");
 }
 

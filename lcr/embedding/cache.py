@@ -15,9 +15,17 @@ device-to-host synchronisation of a batch; once their rows are fetched, ``commit
 refreshes the hits, inserts the misses, writes their rows and points every lookup at
 the row that serves it (``BatchPlan.slot_of`` into ``rows``), so the pooled sums are a
 single ``embedding_bag``.
+
+Concurrency: every call holds ``cache.lock`` on the host and, on a GPU, is ordered on the
+device after the cache's previous call whatever stream either ran on (a cache-owned event
+that each call waits on first and records last), so batches from several threads and
+streams are served one after the other on the device as well. A plan is valid until the
+next ``commit``: committing a stale plan, or one twice, raises ``StalePlan``.
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import threading
 from dataclasses import dataclass
 
@@ -69,6 +77,34 @@ class BatchPlan:
     miss_inverse: np.ndarray     # int64: for each of those, its index in missing_keys
     overlapped: object = None    # what find's ``overlap`` returned
     missing_on_device: torch.Tensor | None = None  # missing_keys where they were found
+    epoch: int = -1              # the cache's commit count at find; stale once it moves on
+    owner: object = None         # the token of the cache that found it
+
+
+class StalePlan(ValueError):
+    """``commit`` got a plan the cache has moved on from (another commit came between its
+    ``find`` and this commit, or it was committed already) or a plan of another cache.
+    Its slots may have been evicted and refilled since: committing it would point lookups
+    at other keys' rows and insert its misses twice."""
+
+
+@dataclass
+class _StagedMisses:
+    """Everything ``commit`` allocates for a batch's misses, made before the cache changes,
+    so that running out of memory leaves the cache as it was."""
+
+    arrays: tuple                 # the insert plan (keys, first lookups, members, group starts)
+    groups: int
+    slots: torch.Tensor           # int64 [M], filled by the insert
+    evicted: torch.Tensor         # int64 [M], filled by the insert
+    bypassed: torch.Tensor        # bool [M]
+    bypass_count: torch.Tensor    # int64 [1]
+    scratch: torch.Tensor         # int64 [M]: the scratch row of each missing key
+    serving: torch.Tensor         # int64 [M]: the row serving each missing key
+    rows: torch.Tensor | None     # [M, dim] in the cache's dtype, on its device
+    lookups: torch.Tensor         # int64: positions of the lookups that missed
+    inverse: torch.Tensor         # int64: each such lookup's index among the missing keys
+    lookup_slots: torch.Tensor    # int64: the row serving each such lookup
 
 
 @dataclass
@@ -169,6 +205,37 @@ def unique_in_order(keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 ROW_DTYPES = (torch.float32, torch.float16)
 
 
+def row_ids(values, name: str) -> torch.Tensor:
+    """``values`` as a flat int64 tensor of row ids (on their device), refusing what
+    would change on the way: floats and booleans (truncated), values outside int64.
+    Raises ``TypeError`` or ``ValueError`` with one line naming ``name``."""
+    try:
+        tensor = torch.as_tensor(values)
+    except (OverflowError, RuntimeError, TypeError, ValueError) as err:
+        raise ValueError(f"{name} must be integer row ids within int64: "
+                         f"{str(err).splitlines()[0]}") from None
+    if tensor.dtype == torch.bool or tensor.dtype.is_floating_point or tensor.dtype.is_complex:
+        raise TypeError(f"{name} must be integers, got {tensor.dtype}")
+    if tensor.dtype == torch.uint64 and tensor.numel() and bool((tensor.view(torch.int64) < 0).any()):
+        raise ValueError(f"{name} must lie within int64")  # uint64 at or above 2^63
+    return tensor.to(torch.int64).flatten()
+
+
+def _retire(tensor: torch.Tensor, stream) -> None:
+    """Keep the allocator from reusing ``tensor``'s memory before ``stream`` (which waited
+    for every earlier call of the cache, on any stream) has passed this point."""
+    if stream is not None:
+        tensor.record_stream(stream)
+
+
+def _adopt(plan: BatchPlan, stream) -> None:
+    """A plan found on one stream and used on another: its device tensors must live
+    until that stream is done with them."""
+    if stream is not None:
+        for tensor in (plan.indices, plan.slot_of):
+            tensor.record_stream(stream)
+
+
 def check_rows(rows, count: int, dim: int) -> None:
     """Raise ``ValueError`` unless ``rows`` is None or a [count, dim] float32/float16 tensor."""
     if rows is None:
@@ -189,9 +256,12 @@ class SlabHashCache:
     engine: "native" (device="cpu"), "cuda" (device="cuda", the default there) or
     "warp-model" (device="cpu": the CUDA kernels on the host warp model, for tests).
 
-    Thread safety: a cache may be shared between threads. Every method that reads or
-    changes it holds ``cache.lock`` (re-entrant), and ``lcr.sls`` holds it for a whole
-    batch, so concurrent batches are served one after the other, never interleaved.
+    Thread and stream safety: a cache may be shared between threads and CUDA streams.
+    Every method that reads or changes it holds ``cache.lock`` (re-entrant) and, on a GPU,
+    queues its work after the cache's previous call on whatever stream that ran
+    (``ordered()``); ``lcr.sls`` holds both for a whole batch, so concurrent batches are
+    served one after the other, on the host and on the device, never interleaved. A plan
+    from ``find`` is valid until the next ``commit`` (``StalePlan`` otherwise).
     """
 
     def __init__(self, num_slabsets: int, dim: int, dtype="float32", policy: str = "lru",
@@ -217,6 +287,11 @@ class SlabHashCache:
         self.dtype = _DTYPES[dtype]
         self.engine, self.engine_name = _Engine(engine, self.device), engine
         self.lock = threading.RLock()
+        self._epoch = 0           # commits so far: a plan found before the last one is stale
+        self._token = object()    # marks this cache's plans
+        # Recorded at the end of every call on the stream it ran on; the next call's stream
+        # waits for it, so calls on different streams never overlap on the device.
+        self._order = torch.cuda.Event() if self.device.type == "cuda" else None
         self.meta = SlabMetadata(self.num_slabsets, self.device)
         # Values by slot, then scratch rows where a batch's bypassed misses are served from.
         self.rows = torch.zeros(self.capacity, self.dim, dtype=self.dtype, device=self.device)
@@ -247,6 +322,23 @@ class SlabHashCache:
         """A cache holding at least ``rows`` rows (rounded up to whole slabsets)."""
         return cls(max(1, -(-int(rows) // SLABSET_SLOTS)), dim, **kwargs)
 
+    @contextlib.contextmanager
+    def ordered(self):
+        """Hold the cache for a sequence of calls: its lock and, on a GPU, the device order
+        (the current stream first waits for the cache's previous call on any stream; the
+        next call waits for everything queued here). Yields the current stream, or None
+        off the GPU. Re-entrant; ``lcr.sls`` holds it for a whole batch."""
+        with self.lock:
+            if self._order is None:
+                yield None
+                return
+            stream = torch.cuda.current_stream(self.device)
+            stream.wait_event(self._order)  # a never-recorded event is complete: no wait
+            try:
+                yield stream
+            finally:
+                self._order.record(stream)
+
     # -- the two steps of a batch ---------------------------------------------------------
     def find(self, keys, overlap=None) -> BatchPlan:
         """Locate every lookup and read the misses back to the host. Changes nothing.
@@ -255,11 +347,12 @@ class SlabHashCache:
         the read-back waits for it, so that its device work overlaps the wait; its result
         is ``plan.overlapped`` (``slot_of`` is -1 for misses there).
         """
-        with self.lock:
+        with self.ordered() as stream:
             keys = self._keys_tensor(keys)
             n = keys.numel()
             slot_of = torch.empty_like(keys)
             if self._readback.numel() < 2 + 2 * n:
+                _retire(self._readback, stream)
                 self._readback = torch.empty(2 + 2 * n, dtype=torch.int64, device=self.device)
             self.engine.probe(self._view, keys, slot_of, self._readback)
             overlapped = overlap(slot_of) if overlap is not None else None
@@ -267,7 +360,7 @@ class SlabHashCache:
             none = np.empty(0, dtype=np.int64)
             if count == 0:  # all hits: nothing to sort out on the host
                 return BatchPlan(keys, slot_of, torch.from_numpy(none), none, none, none,
-                                 overlapped)
+                                 overlapped, epoch=self._epoch, owner=self._token)
             if count > READBACK_MISSES:  # many misses: sort them out on the device
                 return self._many_misses(keys, slot_of, count, overlapped)
             misses = self._host_view[2:2 + 2 * count].reshape(count, 2)
@@ -275,12 +368,13 @@ class SlabHashCache:
             positions, miss_keys = misses[order, 0], misses[order, 1]
             missing, first, inverse = _first_occurrences(miss_keys)
             return BatchPlan(keys, slot_of, torch.from_numpy(missing), positions[first],
-                             positions, inverse, overlapped)
+                             positions, inverse, overlapped, epoch=self._epoch, owner=self._token)
 
     def gather(self, plan: BatchPlan) -> torch.Tensor:
         """[N, dim]: the cached row of every lookup of ``plan``, zeros for its misses
         (after ``find``) or every row that serves it (after ``commit``)."""
-        with self.lock:
+        with self.ordered() as stream:
+            _adopt(plan, stream)
             return self.engine.gather(self.rows, plan.slot_of)
 
     def _read_miss_count(self, n: int) -> int:
@@ -310,7 +404,8 @@ class SlabHashCache:
         missing = distinct[order]
         self.readbacks += 1
         return BatchPlan(keys, slot_of, self._to_host(missing), first, positions.contiguous(),
-                         rank[inverse], overlapped, missing_on_device=missing)
+                         rank[inverse], overlapped, missing_on_device=missing,
+                         epoch=self._epoch, owner=self._token)
 
     def _to_host(self, tensor: torch.Tensor) -> torch.Tensor:
         """A copy on the host, through pinned memory (a pageable copy is several times slower)."""
@@ -325,37 +420,68 @@ class SlabHashCache:
     def commit(self, plan: BatchPlan, miss_rows: torch.Tensor | None = None) -> CommitResult:
         """Refresh hits, insert misses and, given their rows ([M, dim], any device,
         float32 or float16), write them and point ``plan.slot_of`` at the row serving every
-        lookup. Rows are checked before anything changes: wrong rows raise ``ValueError``
-        and leave the cache as it was."""
+        lookup. Nothing changes unless the whole commit can be made: wrong rows raise
+        ``ValueError``, a plan the cache has moved on from raises ``StalePlan``, and every
+        allocation (scratch rows, the insert plan, the rows on the device) comes before
+        the first change, so running out of memory leaves the cache as it was."""
         check_rows(miss_rows, int(plan.missing_keys.numel()), self.dim)
-        with self.lock:
+        with self.ordered() as stream:
+            self._check_current(plan)
+            _adopt(plan, stream)
             n, count, clock = plan.indices.numel(), plan.missing_keys.numel(), self.clock
+            staged = self._stage_misses(plan, miss_rows, stream) if count else None
+            # Everything is allocated: from here on only the cache's state changes.
             self.engine.refresh(self._view, plan.slot_of, clock, self._hits)
             # All hits is the common case: nothing more to queue.
-            result = (self._insert_misses(plan, miss_rows, clock) if count else
+            result = (self._insert_misses(plan, staged, clock) if count else
                       CommitResult(self._no_slots, self._no_slots))
             self.clock = clock + 2 * n
             self.misses += count
+            self._epoch += 1
             return result
 
-    def _insert_misses(self, plan: BatchPlan, miss_rows, clock: int) -> CommitResult:
-        """Insert the batch's missing keys, write their rows, point their lookups at them."""
-        n, count = plan.indices.numel(), plan.missing_keys.numel()
-        slots = torch.empty(count, dtype=torch.int64, device=self.device)
-        evicted = torch.empty_like(slots)
+    def _check_current(self, plan: BatchPlan) -> None:
+        if plan.owner is not self._token:
+            raise StalePlan("this plan was found by another cache")
+        if plan.epoch != self._epoch:
+            raise StalePlan(f"stale plan: found at commit {plan.epoch}, the cache is at commit "
+                            f"{self._epoch} (another batch was committed after its find, or it "
+                            f"was committed already); call find again")
+
+    def _stage_misses(self, plan: BatchPlan, miss_rows, stream) -> _StagedMisses:
+        """Allocate and fill everything the insert needs; changes nothing."""
+        count = plan.missing_keys.numel()
         arrays, groups = self._insert_plan(plan)
-        self.engine.insert_groups(self._view, arrays, groups, clock, clock + n, slots, evicted)
-        self._bypassed += (slots < 0).sum()
-        # Bypassed keys are served from scratch rows past the slots.
-        scratch = self.capacity + torch.arange(count, device=self.device)
-        serving = torch.where(slots >= 0, slots, scratch)
+        rows = None
         if miss_rows is not None:
-            self._reserve_scratch(count)
-            self.rows.index_copy_(0, serving, miss_rows.to(self.device, self.dtype,
-                                                           non_blocking=True))
+            self._reserve_scratch(count, stream)
+            rows = miss_rows.to(self.device, self.dtype, non_blocking=True)
         lookups = self._to_device(plan.miss_lookups)
-        plan.slot_of[lookups] = serving[self._to_device(plan.miss_inverse)]
-        return CommitResult(slots, evicted)
+        new = functools.partial(torch.empty, dtype=torch.int64, device=self.device)
+        return _StagedMisses(
+            arrays, groups, slots=new(count), evicted=new(count),
+            bypassed=torch.empty(count, dtype=torch.bool, device=self.device),
+            bypass_count=new(1),
+            # Bypassed keys are served from scratch rows past the slots.
+            scratch=self.capacity + torch.arange(count, device=self.device),
+            serving=new(count), rows=rows, lookups=lookups,
+            inverse=self._to_device(plan.miss_inverse), lookup_slots=new(lookups.numel()))
+
+    def _insert_misses(self, plan: BatchPlan, staged: _StagedMisses, clock: int) -> CommitResult:
+        """Insert the batch's missing keys, write their rows, point their lookups at them;
+        allocates nothing."""
+        st, n = staged, plan.indices.numel()
+        self.engine.insert_groups(self._view, st.arrays, st.groups, clock, clock + n, st.slots,
+                                  st.evicted)
+        torch.lt(st.slots, 0, out=st.bypassed)
+        torch.sum(st.bypassed, dim=0, keepdim=True, dtype=torch.int64, out=st.bypass_count)
+        self._bypassed.add_(st.bypass_count)
+        torch.where(st.bypassed, st.scratch, st.slots, out=st.serving)
+        if st.rows is not None:
+            self.rows.index_copy_(0, st.serving, st.rows)
+        torch.index_select(st.serving, 0, st.inverse, out=st.lookup_slots)
+        plan.slot_of.index_copy_(0, st.lookups, st.lookup_slots)
+        return CommitResult(st.slots, st.evicted)
 
     def _insert_plan(self, plan: BatchPlan):
         """The missing keys grouped by slabset (batch order inside a group), on the device."""
@@ -388,18 +514,19 @@ class SlabHashCache:
             return tensor
         return tensor.pin_memory().to(self.device, non_blocking=True)
 
-    def _reserve_scratch(self, count: int) -> None:
+    def _reserve_scratch(self, count: int, stream=None) -> None:
         if self.rows.shape[0] - self.capacity >= count:
             return
         grown = torch.zeros(self.capacity + max(count, 2 * (self.rows.shape[0] - self.capacity)),
                             self.dim, dtype=self.dtype, device=self.device)
         grown[:self.capacity] = self.values
+        _retire(self.rows, stream)
         self.rows = grown
 
     def access(self, keys) -> BatchResult:
         """One batch without values (tests, simulations): find, commit, and the outcome
         per distinct key in order of first lookup."""
-        with self.lock:
+        with self.ordered():
             plan = self.find(keys)
             found = plan.slot_of.cpu().numpy().copy()
             result = self.commit(plan)
@@ -416,7 +543,7 @@ class SlabHashCache:
     def set_predictions(self, keys, values) -> None:
         """Predicted next-access times for cached keys (others are ignored; NaN: unknown).
         A key given more than once keeps its last value."""
-        with self.lock:
+        with self.ordered():
             keys = self._keys_tensor(keys)
             values = torch.as_tensor(values, dtype=torch.float64).to(self.device).flatten()
             if values.shape != keys.shape:
@@ -431,15 +558,17 @@ class SlabHashCache:
     @property
     def hits(self) -> int:
         """Distinct keys found cached, summed over batches (reads the device counter)."""
-        return int(self._hits)
+        with self.ordered():
+            return int(self._hits)
 
     @property
     def bypassed(self) -> int:
         """Distinct missing keys served without being cached, summed over batches."""
-        return int(self._bypassed)
+        with self.ordered():
+            return int(self._bypassed)
 
     def reset_stats(self) -> None:
-        with self.lock:
+        with self.ordered():
             self._hits.zero_()
             self._bypassed.zero_()
             self.misses = 0
@@ -455,7 +584,7 @@ class SlabHashCache:
         return hits / served if served else 0.0
 
     def _keys_tensor(self, keys) -> torch.Tensor:
-        keys = torch.as_tensor(keys, dtype=torch.int64).flatten()
+        keys = row_ids(keys, "keys")
         if keys.device.type == "cpu" and keys.numel() and int(keys.min()) < 0:
             raise ValueError("keys must be non-negative row ids")
         return keys.to(self.device, non_blocking=True).contiguous()
