@@ -30,7 +30,7 @@ if ! "$python" -c "import sys; from lcr.cuda import gpu_available; sys.exit(not 
 fi
 
 "$python" -m pytest -q -m gpu tests/test_slabhash_cache.py tests/test_sls.py tests/test_slab_hash.py \
-    tests/test_slab_warp_model.py tests/test_moe.py > "$out/gpu_tests.txt" 2>&1
+    tests/test_slab_warp_model.py tests/test_slabhash_safety.py tests/test_moe.py > "$out/gpu_tests.txt" 2>&1
 tests=$?
 stage "gpu tests: $(tail -1 "$out/gpu_tests.txt")"
 
