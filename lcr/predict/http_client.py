@@ -11,6 +11,9 @@ an outage.
 
 ``ConnectionPool`` is thread-safe: each call checks a connection out, so concurrent
 callers never share a socket.
+
+A password in the URL is never shown: ``Endpoint.url`` and every message carry it as
+``***`` (``lcr.redact``). The client sends no credentials from the URL.
 """
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ import time
 from urllib.parse import urlsplit
 
 from lcr.errors import LcrInputError
+from lcr.redact import redact_url
 
 MAX_HEADER_BYTES = 64 << 10
 MAX_ANSWER_BYTES = 256 << 20
@@ -46,14 +50,17 @@ class Endpoint:
     """``http://host:port`` or ``https://host:port`` (TLS verified with the system's CAs)."""
 
     def __init__(self, url: str):
+        if not isinstance(url, str):
+            raise LcrInputError(f"predictor URL must be a string, got {type(url).__name__}")
+        shown = redact_url(url)
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise LcrInputError(f"predictor URL must look like http://host:port, got {url!r}")
+            raise LcrInputError(f"predictor URL must look like http://host:port, got {shown!r}")
         try:
             port = parts.port
         except ValueError:
-            raise LcrInputError(f"predictor URL has a bad port: {url!r}") from None
-        self.url = url
+            raise LcrInputError(f"predictor URL has a bad port: {shown!r}") from None
+        self.url = shown  # for messages; connecting needs only host and port
         self.host = parts.hostname
         self.port = port or (443 if parts.scheme == "https" else 80)
         self.tls = ssl.create_default_context() if parts.scheme == "https" else None
@@ -73,8 +80,8 @@ class _Connection:
                 pass
             self.sock = None
 
-    def request(self, head: bytes, body: bytes, deadline: float) -> tuple[int, bytes, bool]:
-        """Send one request, return ``(status, payload, keep_alive)``."""
+    def request(self, head: bytes, body: bytes, deadline: float) -> tuple[int, bytes, dict, bool]:
+        """Send one request, return ``(status, payload, headers, keep_alive)``."""
         reused = self.sock is not None
         if not reused:
             self._connect(deadline)
@@ -89,12 +96,13 @@ class _Connection:
                     raise CallFailed("answer headers too long")
                 got_any |= self._recv_into(buffer, deadline)
             header_end = buffer.index(b"\r\n\r\n")
-            status, length, keep_alive = _parse_head(bytes(buffer[:header_end]))
+            status, headers = _parse_head(bytes(buffer[:header_end]))
+            length, keep_alive = headers["content-length"], headers["keep-alive"]
             payload = buffer[header_end + 4:]
             while len(payload) < length:
                 self._recv_into(payload, deadline)
             self.last_used = time.monotonic()
-            return status, bytes(payload[:length]), keep_alive
+            return status, bytes(payload[:length]), headers, keep_alive
         except (ConnectionError, EOFError) as err:
             self.close()
             if reused and not got_any:
@@ -146,24 +154,25 @@ def _left(deadline: float) -> float:
     return left
 
 
-def _parse_head(head: bytes) -> tuple[int, int, bool]:
+def _parse_head(head: bytes) -> tuple[int, dict]:
+    """``(status, headers)``: header names lower-cased, values stripped text (the last of
+    a repeated name wins), ``content-length`` an int and ``keep-alive`` a bool."""
     lines = head.split(b"\r\n")
     parts = lines[0].split(b" ", 2)
     if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
         raise CallFailed(f"not an HTTP answer: {lines[0][:60]!r}")
-    length, keep_alive = None, parts[0] == b"HTTP/1.1"
+    headers = {}
     for line in lines[1:]:
         name, _, value = line.partition(b":")
-        name, value = name.strip().lower(), value.strip().lower()
-        if name == b"content-length" and value.isdigit():
-            length = int(value)
-        elif name == b"connection":
-            keep_alive = value != b"close"
-        elif name == b"transfer-encoding" and value != b"identity":
-            raise CallFailed("chunked answers are not supported")
-    if length is None:
+        headers[name.strip().lower().decode("latin-1")] = value.strip().decode("latin-1")
+    length = headers.get("content-length", "")
+    if not length.isdigit():
         raise CallFailed("answer without Content-Length")
-    return int(parts[1]), length, keep_alive
+    if headers.get("transfer-encoding", "identity").lower() != "identity":
+        raise CallFailed("chunked answers are not supported")
+    connection = headers.get("connection", "").lower()
+    keep_alive = connection != "close" if connection else parts[0] == b"HTTP/1.1"
+    return int(parts[1]), {**headers, "content-length": int(length), "keep-alive": keep_alive}
 
 
 class ConnectionPool:
@@ -176,15 +185,22 @@ class ConnectionPool:
         self.reconnects = 0  # stale keep-alive connections replaced
 
     def call(self, method: str, path: str, headers: dict, body: bytes, deadline: float) -> tuple[int, bytes]:
+        """``(status, payload)`` of one request (see ``request``)."""
+        return self.request(method, path, headers, body, deadline)[:2]
+
+    def request(self, method: str, path: str, headers: dict, body: bytes,
+                deadline: float) -> tuple[int, bytes, dict]:
+        """``(status, payload, answer headers)`` of one request; raises ``CallFailed`` (or
+        a subclass) when it did not complete by ``deadline``."""
         head = _request_head(method, path, self.endpoint, headers, len(body))
         conn = self._checkout()
         try:
             try:
-                status, payload, keep_alive = conn.request(head, body, deadline)
+                status, payload, answer, keep_alive = conn.request(head, body, deadline)
             except StaleConnection:
                 with self._lock:
                     self.reconnects += 1
-                status, payload, keep_alive = conn.request(head, body, deadline)
+                status, payload, answer, keep_alive = conn.request(head, body, deadline)
         except BaseException:
             conn.close()
             raise
@@ -192,7 +208,7 @@ class ConnectionPool:
             self._checkin(conn)
         else:
             conn.close()
-        return status, payload
+        return status, payload, answer
 
     def _checkout(self) -> _Connection:
         now = time.monotonic()

@@ -20,7 +20,31 @@
   too slow is not asked for predictions for ``retry_after_s`` (so a hung service costs
   one deadline, not one per call) but still gets observations, with the longer
   ``observe_deadline_s``. A busy replica (503) only costs that call: its predictions are
-  NaN. Nothing raises.
+  NaN.
+- The service's 503 says why in ``X-LCR-Reason`` (``busy``: its queue is full, a later
+  try may succeed; ``model-down``: its model process died, only a restart helps). A
+  ``model-down`` replica is an outage like an unreachable one: warned once, counted in
+  ``fallbacks``, out for ``retry_after_s``, its buffered observations dropped and
+  counted. A replica that has answered only ``busy`` (or 503 without a reason) for more
+  than ``busy_outage_s`` (5 s) is an outage too, so a wedged service is seen: warned
+  once, counted in ``fallbacks``, no predictions asked for ``retry_after_s``, its
+  observations kept buffered. Each outage logs one warning, and one message when the
+  replica answers again.
+- Bad values never reach the wire. ``observe`` is on the cache's access path, so it
+  never raises: an observation whose key or time is not an int64 value (see
+  ``lcr.predict.base.int64_value``: NaN, inf, 1e30, >= 2^63, None, text ...) is dropped
+  and counted (``observations_invalid``), with a warning at most once a minute.
+  ``predict`` raises ``LcrInputError`` (a ValueError, one line) for bad keys or ``now``:
+  that is a bug at the call site, not an outage. Nothing else raises: the flusher thread
+  catches whatever goes wrong in a flush, counts it (``flush_errors``), logs the first
+  one and keeps going.
+- Secrets: the token comes from ``token``, ``token_file`` or ``$LCR_PREDICTOR_TOKEN``
+  (``lcr.predict.token``; an empty one is an error); a password in a URL is shown as
+  ``***`` in ``name``, ``url``, ``describe()``, ``repr`` and every message.
+
+Metrics (``metrics``, counters that only grow): ``requests``, ``sent_observations``,
+``dropped_observations``, ``observations_invalid``, ``fallbacks`` (a replica's keys
+predicted NaN because of an outage), ``busy`` (a short busy spell), ``flush_errors``.
 
 Thread-safe: the buffer is guarded by a lock, batches go out one at a time (in order)
 and each request uses its own pooled connection, so caches may share one client across
@@ -37,15 +61,19 @@ from typing import Sequence
 import numpy as np
 
 from lcr.errors import LcrInputError
-from lcr.predict.base import Predictor
+from lcr.predict.base import Predictor, int64_keys, int64_value
 from lcr.predict.http_client import CallFailed, ConnectFailed, ConnectionPool, ConnectTimeout, Endpoint
-from lcr.predict.lightgbm_model import validate_keys
+from lcr.predict.token import resolve_token
 from lcr.predict.wire import CONTENT_TYPE, decode_predictions, encode_int64, encode_observations
+from lcr.redact import redact_url
 
 log = logging.getLogger(__name__)
 
 VIRTUAL_NODES = 64
 MAX_OBSERVATIONS_PER_REQUEST = 1 << 16  # 1 MiB bodies, far below the service's limit
+BUSY_OUTAGE_S = 5.0  # answering only "busy" for longer than this is an outage
+INVALID_WARN_EVERY_S = 60.0  # at most one warning about invalid observations per minute
+REASON_HEADER = "x-lcr-reason"  # on the service's 503: "busy" or "model-down"
 
 
 class ServiceUnavailable(Exception):
@@ -56,8 +84,16 @@ class ServiceDown(ServiceUnavailable):
     """A replica could not be reached at all."""
 
 
+class ModelDown(ServiceDown):
+    """A replica answered 503 ``model-down``: its model process has died."""
+
+
 class NotAccepted(ServiceUnavailable):
     """A replica did not accept the connection in time: too slow, and nothing was sent."""
+
+
+class BusyTooLong(NotAccepted):
+    """A replica has answered only "busy" for longer than ``busy_outage_s``: an outage."""
 
 
 class TooLarge(ServiceUnavailable):
@@ -105,48 +141,56 @@ class HashRing:
 class _Replica:
     def __init__(self, url: str, pool_size: int):
         self.endpoint = Endpoint(url)
-        self.url = url
+        self.url = self.endpoint.url  # redacted: what messages show
         self.pool = ConnectionPool(self.endpoint, size=pool_size)
         self.down_until = 0.0  # unreachable: its keys go to the next live replica
         self.slow_until = 0.0  # missed a deadline: no predictions asked until then
+        self.busy_since: float | None = None  # first "busy" answer of the current spell
         self.warned = False
         # Halved at each 413: a replica started with a smaller body limit gets smaller batches.
         self.observations_per_request = MAX_OBSERVATIONS_PER_REQUEST
 
 
 class RemotePredictor(Predictor):
+    """See the module's docstring. ``token``: the service's bearer token; None reads
+    ``token_file`` or ``$LCR_PREDICTOR_TOKEN`` (``lcr.predict.token.resolve_token``)."""
+
     def __init__(self, url: str | Sequence[str] = "http://127.0.0.1:8765", deadline_s: float = 0.05,
                  token: str | None = None, flush_every: int = 4096, retry_after_s: float = 1.0,
                  max_buffered: int | None = None, pool_size: int = 8, flush_interval_s: float = 0.1,
-                 observe_deadline_s: float = 2.0):
+                 observe_deadline_s: float = 2.0, token_file: str | None = None,
+                 busy_outage_s: float = BUSY_OUTAGE_S):
         urls = [url] if isinstance(url, str) else list(url)
         if not urls:
             raise LcrInputError("RemotePredictor needs at least one replica URL")
         for name, value in (("deadline_s", deadline_s), ("flush_interval_s", flush_interval_s),
-                            ("observe_deadline_s", observe_deadline_s)):
+                            ("observe_deadline_s", observe_deadline_s), ("busy_outage_s", busy_outage_s)):
             if not value > 0:
                 raise LcrInputError(f"{name} must be > 0, got {value}")
         if flush_every < 1:
             raise LcrInputError(f"flush_every must be at least 1, got {flush_every}")
+        token = resolve_token(token, token_file)
         self.replicas = [_Replica(u, pool_size) for u in urls]
         self.ring = HashRing(urls)
-        self.url = urls[0] if len(urls) == 1 else ",".join(urls)
+        self.url = ",".join(r.url for r in self.replicas)  # redacted
         self.name = f"remote({self.url})"
         self.deadline_s, self.flush_every, self.retry_after_s = deadline_s, flush_every, retry_after_s
-        self.observe_deadline_s = observe_deadline_s
+        self.observe_deadline_s, self.busy_outage_s = observe_deadline_s, busy_outage_s
         # Room for bursts the background flusher has not caught up with yet.
         self.max_buffered = max_buffered if max_buffered is not None else max(16 * flush_every, 1 << 18)
         if self.max_buffered < flush_every:
             raise LcrInputError(f"max_buffered ({self.max_buffered}) must be at least flush_every ({flush_every})")
         self._headers = {"Content-Type": CONTENT_TYPE}
-        if token:
+        if token is not None:
             self._headers["Authorization"] = f"Bearer {token}"
         self._lock = threading.Lock()  # guards the buffer, metrics and replica state
         self._sending = threading.Lock()  # one batch in flight at a time: observations stay in order
         self._keys: list[int] = []
         self._times: list[int] = []
         self.metrics = {"fallbacks": 0, "busy": 0, "dropped_observations": 0, "sent_observations": 0,
-                        "requests": 0}
+                        "requests": 0, "observations_invalid": 0, "flush_errors": 0}
+        self._invalid_warned_at = -INVALID_WARN_EVERY_S  # monotonic time of the last such warning
+        self._invalid_since_warning = 0
         self._wake = threading.Event()
         self._closed = False
         self._flusher = threading.Thread(target=self._flush_loop, args=(flush_interval_s,),
@@ -157,8 +201,24 @@ class RemotePredictor(Predictor):
     def reconnects(self) -> int:
         return sum(r.pool.reconnects for r in self.replicas)
 
+    def describe(self) -> str:
+        """One line for logs: the replicas (passwords redacted) and the deadlines."""
+        return (f"remote predictor at {self.url} (deadline {self.deadline_s * 1000:g} ms, "
+                f"retry after {self.retry_after_s:g} s, token {'set' if 'Authorization' in self._headers else 'none'})")
+
+    def __repr__(self) -> str:
+        return f"RemotePredictor({self.url!r})"
+
     # -- Predictor -----------------------------------------------------------------------
     def observe(self, key: int, t: int) -> None:
+        """Buffer one access; returns at once. A key or time that is not an int64 value is
+        dropped and counted (``observations_invalid``, a warning at most once a minute):
+        the access path never raises for it."""
+        try:
+            key, t = int64_value(key, "key"), int64_value(t, "t")
+        except LcrInputError as err:
+            self._refuse_observation(err)
+            return
         with self._lock:
             self._keys.append(key)
             self._times.append(t)
@@ -170,10 +230,22 @@ class RemotePredictor(Predictor):
         if due:
             self._wake.set()
 
+    def _refuse_observation(self, err: LcrInputError) -> None:
+        now = time.monotonic()
+        with self._lock:
+            self.metrics["observations_invalid"] += 1
+            self._invalid_since_warning += 1
+            if now - self._invalid_warned_at < INVALID_WARN_EVERY_S:
+                return
+            count, self._invalid_since_warning, self._invalid_warned_at = self._invalid_since_warning, 0, now
+        log.warning("%s: dropped %d invalid observation(s) (%s); counted in observations_invalid, "
+                    "warned at most once a minute", self.name, count, err)
+
     def predict(self, keys: Sequence[int] | np.ndarray, now: int) -> np.ndarray:
-        keys = validate_keys(keys)
-        if not np.isfinite(now):
-            raise LcrInputError(f"now must be a finite time, got {now}")
+        """Predicted next-access times, NaN where a replica did not answer (the cache falls
+        back to LRU; counted in ``fallbacks``). Keys that are not int64 values, or a ``now``
+        that is not one, raise ``LcrInputError`` (a ValueError): a bug at the call site."""
+        keys, now = int64_keys(keys), int64_value(now, "now")
         self._wake.set()  # observations made so far go out now, without delaying this call
         deadline = time.monotonic() + self.deadline_s
         out = np.full(len(keys), np.nan)
@@ -185,7 +257,7 @@ class RemotePredictor(Predictor):
                 self._count("fallbacks")
                 continue
             try:
-                body = self._post(index, f"/predict?now={int(now)}", encode_int64(keys[mine]), deadline)
+                body = self._post(index, f"/predict?now={now}", encode_int64(keys[mine]), deadline)
                 out[mine] = decode_predictions(body, len(mine))
             except (ServiceUnavailable, ServiceBusy, LcrInputError) as err:
                 if isinstance(err, ServiceUnavailable) and not isinstance(err, ServiceDown):
@@ -197,9 +269,16 @@ class RemotePredictor(Predictor):
 
     def flush(self) -> None:
         """Send buffered observations now; what no replica takes is dropped (and counted),
-        what a busy replica refuses stays buffered."""
+        what a busy replica refuses stays buffered. Never raises: an unexpected error is
+        counted (``flush_errors``) and the first one logged."""
         with self._sending:
-            self._send_buffered()
+            try:
+                self._send_buffered()
+            except Exception as err:  # noqa: BLE001 - the flusher thread must outlive any bug
+                self._count("flush_errors")
+                if self.metrics["flush_errors"] == 1:
+                    log.error("%s: sending observations failed (later failures are counted in "
+                              "flush_errors only): %s: %s", self.name, type(err).__name__, err)
 
     def _send_buffered(self) -> None:
         with self._lock:
@@ -288,7 +367,7 @@ class RemotePredictor(Predictor):
         replica = self.replicas[index]
         self._count("requests")
         try:
-            status, payload = replica.pool.call("POST", path, self._headers, body, deadline)
+            status, payload, headers = replica.pool.request("POST", path, self._headers, body, deadline)
         except ConnectFailed as err:
             replica.down_until = time.monotonic() + self.retry_after_s
             raise ServiceDown(str(err)) from None
@@ -297,7 +376,8 @@ class RemotePredictor(Predictor):
         except CallFailed as err:
             raise ServiceUnavailable(str(err)) from None
         if status == 503:
-            raise ServiceBusy(f"HTTP 503: {payload[:200].decode(errors='replace')}")
+            self._refused(replica, headers.get(REASON_HEADER, "busy"), payload)
+        replica.busy_since = None
         if status == 413:
             raise TooLarge(f"HTTP 413: {payload[:200].decode(errors='replace')}")
         if status != 200:
@@ -307,6 +387,20 @@ class RemotePredictor(Predictor):
             replica.warned = False
             log.warning("predictor service %s is answering again", replica.url)
         return payload
+
+    def _refused(self, replica: _Replica, reason: str, payload: bytes) -> None:
+        """Raise what a 503 means: the model is down, a busy spell, or one gone on too long."""
+        text = f"HTTP 503 {reason}: {payload[:200].decode(errors='replace')}"
+        now = time.monotonic()
+        if reason == "model-down":
+            replica.busy_since = None
+            replica.down_until = now + self.retry_after_s
+            raise ModelDown(f"its model process is down ({text})")
+        if replica.busy_since is None:
+            replica.busy_since = now
+        elif now - replica.busy_since > self.busy_outage_s:
+            raise BusyTooLong(f"busy for {now - replica.busy_since:.1f} s ({text})")
+        raise ServiceBusy(text)
 
     def _fall_back(self, index: int, err: Exception) -> None:
         replica = self.replicas[index]
@@ -321,4 +415,5 @@ class RemotePredictor(Predictor):
                         "caches fall back to LRU", replica.url, err)
 
 
-__all__ = ["HashRing", "RemotePredictor", "ServiceBusy", "ServiceDown", "ServiceUnavailable"]
+__all__ = ["BusyTooLong", "HashRing", "ModelDown", "RemotePredictor", "ServiceBusy", "ServiceDown",
+           "ServiceUnavailable"]

@@ -1,0 +1,447 @@
+"""RemotePredictor and AsyncPredictor against bad values and a failing service (issue 39).
+
+Everything runs against real uvicorn servers: the real predictor service (its model in
+its own process) and, for the 503 contract, a tiny ASGI app that answers as a service
+whose model process died (``X-LCR-Reason: model-down``) or whose queue stays full
+(``X-LCR-Reason: busy``).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import signal
+import socket
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import numpy as np
+import pytest
+
+pytest.importorskip("lightgbm")
+uvicorn = pytest.importorskip("uvicorn")
+
+from lcr.predict.async_predictor import AsyncPredictor  # noqa: E402
+from lcr.predict.lightgbm_model import LightGBMConfig  # noqa: E402
+from lcr.predict.remote import RemotePredictor  # noqa: E402
+from lcr.predict.service import create_app, server_config  # noqa: E402
+
+TOKEN = "client-faults-token"
+SECRET = "s3cr3t-pw"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """A real uvicorn server in a thread; ``restart`` serves a fresh app on the same port."""
+
+    def __init__(self, make_app, port: int | None = None, **config):
+        self.make_app, self.port, self.config = make_app, port or free_port(), config
+        self.thread = None
+
+    def start(self):
+        app = self.make_app()
+        config = (server_config(app, "127.0.0.1", self.port, log_level="error") if hasattr(app, "state")
+                  else uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="error", lifespan="off"))
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 60  # the first model process imports LightGBM
+        while not self.server.started:
+            assert self.thread.is_alive() and time.monotonic() < deadline, "server did not start"
+            time.sleep(0.01)
+        return self
+
+    def stop(self):
+        if self.thread is not None:
+            self.server.should_exit = True
+            self.thread.join(15)
+            self.thread = None
+
+    def restart(self):
+        self.stop()
+        return self.start()
+
+    __enter__ = start
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    @property
+    def url(self):
+        return f"http://127.0.0.1:{self.port}"
+
+    def metrics(self) -> dict:
+        request = urllib.request.Request(self.url + "/metrics", headers={"Authorization": f"Bearer {TOKEN}"})
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return json.loads(response.read())
+
+    def wait_observed(self, count: int, timeout: float = 20.0) -> None:
+        deadline = time.monotonic() + timeout
+        while (observed := self.metrics()["observed"]) < count:
+            assert time.monotonic() < deadline, f"the model saw {observed} of {count} observations"
+            time.sleep(0.02)
+
+    def kill_model(self) -> None:
+        os.kill(self.metrics()["model_pid"], signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while self.metrics()["model_alive"]:
+            assert time.monotonic() < deadline, "the model process did not die"
+            time.sleep(0.02)
+
+
+def small_model() -> LightGBMConfig:
+    return LightGBMConfig(background=False, retrain_every=10**9, window=4000, min_samples=200, min_data_in_leaf=5)
+
+
+def service_app():
+    return create_app(small_model(), token=TOKEN)
+
+
+@pytest.fixture(scope="module")
+def service():
+    with Server(service_app) as server:
+        yield server
+
+
+_clock = [1_000]
+
+
+def ticks(n: int) -> range:
+    """Times later than any sent before: the shared service clamps earlier ones."""
+    start = _clock[0]
+    _clock[0] += n
+    return range(start, start + n)
+
+
+def client_of(server, **options) -> RemotePredictor:
+    settings = dict(deadline_s=2.0, token=TOKEN, flush_every=256)
+    settings.update(options)
+    return RemotePredictor(server.url, **settings)
+
+
+def observe_good(client, n: int, key_space: int = 500) -> None:
+    for t in ticks(n):
+        client.observe(t % key_space, t)
+
+
+# -- item 1: one bad observation must not stop the later ones ---------------------------------
+
+BAD_VALUES = [float("nan"), float("inf"), -float("inf"), 1e30, 2**63, -2**63 - 1, None, "7", 2.5, True]
+
+
+@pytest.mark.parametrize("where", ["key", "t"])
+@pytest.mark.parametrize("bad", BAD_VALUES, ids=repr)
+def test_a_bad_observation_is_refused_and_counted_and_later_ones_arrive(service, bad, where):
+    client = client_of(service)
+    before = service.metrics()["observed"]
+    t = ticks(1)[0]
+    client.observe(*((bad, t) if where == "key" else (1, bad)))  # never raises: the hot path
+    observe_good(client, 1000)
+    client.flush()
+    assert client._flusher.is_alive()
+    assert client.metrics["observations_invalid"] == 1
+    assert client.metrics["sent_observations"] == 1000 and client.metrics["dropped_observations"] == 0
+    service.wait_observed(before + 1000)
+    client.close()  # clean
+
+
+def test_bad_observations_warn_once_and_300k_good_ones_still_arrive(service, caplog):
+    client = client_of(service, flush_every=4096)
+    before = service.metrics()["observed"]
+    with caplog.at_level(logging.WARNING, logger="lcr.predict.remote"):
+        client.observe(1, float("nan"))
+        client.observe(2**63, 5)
+        client.observe(None, 5)
+        keys = np.arange(300_000) % 5000
+        for key, t in zip(keys.tolist(), ticks(300_000)):
+            client.observe(key, t)
+        client.close()
+    assert not client._flusher.is_alive()  # stopped by close, which returned cleanly
+    assert client.metrics["observations_invalid"] == 3
+    assert client.metrics["sent_observations"] == 300_000
+    service.wait_observed(before + 300_000)
+    warnings = [r for r in caplog.records if "invalid observation" in r.getMessage()]
+    assert len(warnings) == 1 and "\n" not in warnings[0].getMessage()
+
+
+def test_the_flusher_survives_an_unexpected_error(service, caplog, monkeypatch):
+    """Whatever goes wrong inside a flush is caught, counted and logged once; the thread
+    keeps flushing."""
+    client = client_of(service, flush_interval_s=0.02)
+    real, failures = client._send_buffered, [2]
+
+    def failing_twice():
+        if failures[0]:
+            failures[0] -= 1
+            raise RuntimeError("boom")
+        real()
+
+    monkeypatch.setattr(client, "_send_buffered", failing_twice)
+    with caplog.at_level(logging.WARNING, logger="lcr.predict.remote"):
+        deadline = time.monotonic() + 5
+        while failures[0]:
+            client.observe(1, ticks(1)[0])
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        before = service.metrics()["observed"]
+        observe_good(client, 100)
+        client.close()
+    assert client.metrics["flush_errors"] == 2
+    assert sum("boom" in r.getMessage() for r in caplog.records) == 1
+    service.wait_observed(before + 100)
+
+
+# -- item 5: the token ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("token", ["", "   ", "\t\n"])
+def test_an_empty_token_is_a_configuration_error(service, token):
+    with pytest.raises(ValueError, match="token is empty"):
+        RemotePredictor(service.url, token=token)
+
+
+def test_a_token_with_a_line_break_is_refused(service):
+    with pytest.raises(ValueError, match="printable ASCII"):
+        RemotePredictor(service.url, token="abc\r\nX-Other: 1")
+
+
+def answers_with_token(client, service) -> bool:
+    """True if the service took the client's requests (no 401 fallback)."""
+    before = service.metrics()["observed"]
+    observe_good(client, 10)
+    client.flush()
+    client.predict([1, 2], ticks(1)[0])
+    ok = client.metrics["fallbacks"] == 0 and client.metrics["sent_observations"] == 10
+    if ok:
+        service.wait_observed(before + 10)
+    client.close()
+    return ok
+
+
+def test_the_token_comes_from_the_environment(service, monkeypatch):
+    monkeypatch.setenv("LCR_PREDICTOR_TOKEN", TOKEN)
+    assert answers_with_token(RemotePredictor(service.url, deadline_s=2.0), service)
+    monkeypatch.setenv("LCR_PREDICTOR_TOKEN", "")
+    with pytest.raises(ValueError, match=r"\$LCR_PREDICTOR_TOKEN: token is empty"):
+        RemotePredictor(service.url)
+
+
+def test_the_token_comes_from_a_file(service, tmp_path, monkeypatch):
+    monkeypatch.delenv("LCR_PREDICTOR_TOKEN", raising=False)
+    path = tmp_path / "token"
+    path.write_text(f"  {TOKEN}\n")
+    assert answers_with_token(RemotePredictor(service.url, deadline_s=2.0, token_file=str(path)), service)
+    path.write_text("\n")
+    with pytest.raises(ValueError, match=f"{path}.*token is empty"):
+        RemotePredictor(service.url, token_file=path)
+    missing = tmp_path / "missing"
+    with pytest.raises(ValueError, match=f"token file {missing}: cannot read it") as err:
+        RemotePredictor(service.url, token_file=missing)
+    assert "\n" not in str(err.value)
+    with pytest.raises(ValueError, match="not both"):
+        RemotePredictor(service.url, token=TOKEN, token_file=path)
+
+
+# -- item 6: a dead model process, and a service busy for good -----------------------------------
+
+class FakeService:
+    """An ASGI app that answers as ``lcr serve-predictor`` does, in one of three modes:
+    ``ok`` (predicts 0.0 for every key, takes observations), ``model-down`` and ``busy``
+    (503 with that ``X-LCR-Reason``)."""
+
+    def __init__(self):
+        self.mode = "ok"
+        self.observed = 0
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        if self.mode != "ok":
+            status, headers, payload = 503, [(b"x-lcr-reason", self.mode.encode())], b'{"detail": "nope"}'
+        elif scope["path"] == "/predict":
+            status, headers, payload = 200, [], np.zeros(len(body) // 8).tobytes()
+        else:
+            self.observed += len(body) // 16
+            status, headers, payload = 200, [], b'{"ok": true}'
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-length", str(len(payload)).encode()), *headers]})
+        await send({"type": "http.response.body", "body": payload})
+
+
+@pytest.fixture
+def fake():
+    app = FakeService()
+    with Server(lambda: app) as server:
+        server.app = app
+        yield server
+
+
+def messages(caplog, text: str) -> list[str]:
+    return [r.getMessage() for r in caplog.records if text in r.getMessage()]
+
+
+def test_model_down_is_an_outage_warned_once_with_recovery(fake, caplog):
+    client = RemotePredictor(fake.url, deadline_s=1.0, retry_after_s=0.3)
+    assert (client.predict([1, 2], 0) == 0).all()
+    fake.app.mode = "model-down"
+    with caplog.at_level(logging.WARNING, logger="lcr.predict.remote"):
+        for t in range(5):
+            assert np.isnan(client.predict([1, 2, 3], t)).all()
+        assert client.metrics["fallbacks"] == 5 and client.metrics["busy"] == 0
+        assert len(messages(caplog, "unavailable")) == 1 and "model" in messages(caplog, "unavailable")[0]
+        client.observe(1, 1)
+        client.flush()  # within retry_after_s: the replica is out, the observation dropped and counted
+        assert client.metrics["dropped_observations"] == 1
+        fake.app.mode = "ok"
+        time.sleep(0.35)  # the usual back-off, then it is asked again
+        assert (client.predict([1, 2], 9) == 0).all()
+        assert (client.predict([1, 2], 10) == 0).all()
+    assert len(messages(caplog, "answering again")) == 1
+    assert len(messages(caplog, "unavailable")) == 1
+    client.close()
+
+
+def test_a_service_busy_for_longer_than_busy_outage_s_is_an_outage(fake, caplog):
+    client = RemotePredictor(fake.url, deadline_s=1.0, retry_after_s=0.1, busy_outage_s=0.5)
+    fake.app.mode = "busy"
+    with caplog.at_level(logging.WARNING, logger="lcr.predict.remote"):
+        assert np.isnan(client.predict([1], 0)).all()
+        assert client.metrics["busy"] == 1 and client.metrics["fallbacks"] == 0
+        assert not messages(caplog, "unavailable")  # a short busy spell is no outage
+        deadline = time.monotonic() + 5
+        while client.metrics["fallbacks"] == 0:
+            assert time.monotonic() < deadline
+            client.predict([1], 1)
+            time.sleep(0.05)
+        assert len(messages(caplog, "unavailable")) == 1 and "busy" in messages(caplog, "unavailable")[0]
+        fake.app.mode = "ok"
+        time.sleep(0.15)
+        assert (client.predict([1], 2) == 0).all()
+    assert len(messages(caplog, "answering again")) == 1
+    client.close()
+
+
+def test_the_default_busy_outage_is_5_seconds(fake):
+    assert RemotePredictor(fake.url).busy_outage_s == 5.0
+
+
+def service_sends_model_down() -> bool:
+    import inspect
+
+    import lcr.predict.service as service_module
+
+    return "model-down" in inspect.getsource(service_module)
+
+
+@pytest.mark.skipif(not service_sends_model_down(),
+                    reason="LEAD: enable once lcr.predict.service answers 503 with X-LCR-Reason: model-down")
+def test_the_real_service_with_a_dead_model_is_an_outage_then_recovers(caplog):
+    with Server(service_app) as server:
+        client = client_of(server, retry_after_s=0.3)
+        assert np.isnan(client.predict([1], 0)).all() and client.metrics["fallbacks"] == 0
+        server.kill_model()
+        with caplog.at_level(logging.WARNING, logger="lcr.predict.remote"):
+            assert np.isnan(client.predict([1], 1)).all()
+            assert client.metrics["fallbacks"] == 1 and client.metrics["busy"] == 0
+            assert len(messages(caplog, "unavailable")) == 1
+            server.restart()  # a supervisor restarts the service on the same port
+            time.sleep(0.35)
+            client.predict([1], 2)
+            assert client.metrics["fallbacks"] == 1
+        assert len(messages(caplog, "answering again")) == 1
+        client.close()
+
+
+# -- item 11: a password in the URL is never shown -------------------------------------------------
+
+def test_a_password_in_the_url_never_appears(fake, caplog):
+    url = f"http://user:{SECRET}@127.0.0.1:{fake.port}"
+    with caplog.at_level(logging.DEBUG):
+        client = RemotePredictor([url, f"http://user:{SECRET}@127.0.0.1:{free_port()}"], deadline_s=0.5)
+        shown = [client.describe(), repr(client), client.name, client.url, str(client.metrics)]
+        fake.app.mode = "model-down"
+        client.predict(list(range(100)), 0)  # both replicas fail: one down, one refusing
+        client.observe(1, 1)
+        client.close()
+    shown += [r.getMessage() for r in caplog.records]
+    assert any("unavailable" in text for text in shown)
+    assert any("user:***@127.0.0.1" in text for text in shown)
+    for text in shown:
+        assert SECRET not in text
+    with pytest.raises(ValueError) as err:
+        RemotePredictor(f"http://user:{SECRET}@127.0.0.1:99999")  # bad port
+    assert SECRET not in str(err.value) and "***" in str(err.value)
+    with pytest.raises(ValueError) as err:
+        RemotePredictor(f"ftp://user:{SECRET}@host")
+    assert SECRET not in str(err.value)
+
+
+# -- item 13: bad arguments to predict and submit ----------------------------------------------------
+
+@pytest.mark.parametrize("now, message", [
+    (1e30, "now is outside the int64 range"), (float("inf"), "now must be a finite integer"),
+    (2**63, "now is outside the int64 range"), (None, "now must be an integer"), ("5", "now must be an integer"),
+    (2.5, "now must be a whole number"),
+])
+def test_predict_refuses_a_bad_now_on_the_client(service, now, message):
+    client = client_of(service)
+    with pytest.raises(ValueError, match=message) as err:
+        client.predict([1, 2], now)
+    assert "\n" not in str(err.value)
+    assert client.metrics["fallbacks"] == 0 and client.metrics["requests"] == 0  # not an outage
+    assert len(client.predict([1, 2], ticks(1)[0])) == 2 and client.metrics["fallbacks"] == 0  # still works
+    client.close()
+
+
+@pytest.mark.parametrize("keys, message", [
+    ([2**63], r"keys\[0\] is outside the int64 range"), (np.array([2**63], dtype=np.uint64), "outside the int64"),
+    ([1, None], r"keys\[1\] must be an integer"), (np.array([1e30]), "outside the int64"),
+    (np.array([np.inf]), "inf"), ([[1, 2]], "must be an integer"), (np.zeros((2, 2)), "1-D"),
+    (np.array(["a"]), "dtype"),
+])
+def test_predict_refuses_bad_keys_on_the_client(service, keys, message):
+    client = client_of(service)
+    with pytest.raises(ValueError, match=message):
+        client.predict(keys, 0)
+    assert client.metrics["fallbacks"] == 0 and client.metrics["requests"] == 0
+    client.close()
+
+
+class ZeroPredictor:
+    name = "zero"
+
+    def predict(self, keys, now):
+        return np.zeros(len(keys))
+
+
+def test_submit_after_close_raises():
+    predictor = AsyncPredictor(ZeroPredictor())
+    got = []
+    predictor.submit([1, 2], 0, lambda k, v: got.append(list(k)))
+    assert predictor.drain(5) and got == [[1, 2]]
+    predictor.close()
+    with pytest.raises(RuntimeError, match="AsyncPredictor is closed"):
+        predictor.submit([3], 1, lambda k, v: got.append(list(k)))
+    assert predictor.metrics["submitted"] == 2
+
+
+@pytest.mark.parametrize("keys, now", [([1], float("nan")), ([1], 1e30), ([2**63], 0), ([None], 0), ([1.5], 0)])
+def test_submit_refuses_bad_keys_and_times_on_the_caller(keys, now):
+    predictor = AsyncPredictor(ZeroPredictor())
+    with pytest.raises(ValueError):
+        predictor.submit(keys, now, lambda k, v: None)
+    assert predictor.metrics["submitted"] == 0 and predictor.metrics["errors"] == 0
+    predictor.close()
