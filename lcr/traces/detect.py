@@ -6,13 +6,17 @@ several formats (Caffeine keeps cache2k int32 and scarab int64 traces both as
 ``.trace.xz``), so the decompressed bytes decide:
 
 - text (printable bytes only): one integer per line is ``text``; JSON lines with
-  ``hash_ids`` are ``mooncake``; several numeric columns could be ARC or AdaptSize,
-  which only the user can tell, so that is refused with both named.
+  ``hash_ids`` are ``mooncake``; a first line ``l|s 0xHEX count`` is ``address`` (no
+  other format reads a line holding a letter and a 0x number); several numeric columns
+  could be ARC or AdaptSize, which only the user can tell, so that is refused with both
+  named.
 - binary: 24-byte records whose next-access field is a valid oracle are
   ``oracleGeneral``. Otherwise the key width: int64 keys read as int32 show a telltale
   pattern, every other 32-bit word a sign word (0 or -1), and every repeat of a key at
   an even distance (a key is two words). An int32 trace has repeats at odd distances
-  too. When neither shows, the file is refused with both widths named.
+  too. Without sign words (64-bit hashes), repeats only at even distances, at many
+  distances, whose aligned word pairs repeat as keys do, settle int64. When none of
+  this shows, the file is refused with both widths named.
 
 Byte order and signedness only relabel keys (same hits and misses either way); the
 order whose top bytes are mostly zero is named, big-endian (Caffeine's) otherwise.
@@ -20,6 +24,7 @@ order whose top bytes are mostly zero is named, big-endian (Caffeine's) otherwis
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -37,8 +42,13 @@ _UNAMBIGUOUS = [(".oraclegeneral.bin", "oracleGeneral"), (".oraclegeneral", "ora
                 (".lis", "arc")]
 
 #: Formats the content check can produce, for the messages naming candidates.
-TEXT_CANDIDATES = ("text", "arc", "adapt_size", "mooncake", "csv", "criteo")
+TEXT_CANDIDATES = ("text", "address", "arc", "adapt_size", "mooncake", "csv", "criteo")
 BINARY_CANDIDATES = ("int32-be", "int64-be", "uint32-be", "oracleGeneral")
+
+#: A line of a CPU address trace (``readers.read_address``): op, hex address, count. The
+#: one rule for both detecting and reading the format.
+HEX_ADDRESS = re.compile(r"0[xX][0-9a-fA-F]{1,16}")
+ADDRESS_LINE = re.compile(rf"[ls]\s+(?P<address>{HEX_ADDRESS.pattern})\s+[0-9]+")
 
 
 def strip_compression(name: str) -> str:
@@ -94,6 +104,8 @@ def _text_format(text: str, source: str) -> str:
         return "criteo"
     if "," in first:
         return "csv"
+    if ADDRESS_LINE.fullmatch(first):
+        return "address"
     columns = {len(line.split()) for line in lines if line != "*"}
     if columns <= {1} and all(_is_int(line) for line in lines if line != "*"):
         return "text"
@@ -140,14 +152,39 @@ def int64_sign_words(words: np.ndarray) -> str | None:
     return None
 
 
+def repeat_gaps(values: np.ndarray) -> np.ndarray:
+    """The distance from each value to its next occurrence, for every value that recurs."""
+    inverse = np.unique(values, return_inverse=True)[1]
+    order = np.lexsort((np.arange(len(values)), inverse))
+    same = inverse[order][1:] == inverse[order][:-1]
+    return np.diff(order)[same]
+
+
 def odd_repeat_share(words: np.ndarray) -> tuple[int, float]:
     """(repeats, share of them at an odd distance) among the 32-bit words: an int64
     trace repeats keys, so pairs of words, only at even distances."""
-    inverse = np.unique(words, return_inverse=True)[1]
-    order = np.lexsort((np.arange(len(words)), inverse))
-    same = inverse[order][1:] == inverse[order][:-1]
-    gaps = np.diff(order)[same]
+    gaps = repeat_gaps(words)
     return len(gaps), float(np.mean(gaps % 2)) if len(gaps) else 0.0
+
+
+#: Fewer distinct reuse distances than this could be a loop over an even number of
+#: int32 keys, which reads as well as a loop over half as many int64 keys.
+PAIR_MIN_DISTANCES = 16
+
+
+def int64_key_pairs(words: np.ndarray) -> bool:
+    """True if the 32-bit words are 64-bit keys without sign words (hashes, e.g. R3
+    Corda's vault-service trace): at least 64 repeats, every one at an even distance and
+    at many distances, and the aligned pairs repeat as often as the half of them (high
+    or low words) that repeats less. Two int32 streams alternating over disjoint keys
+    also repeat only at even distances, but their pairs rarely repeat."""
+    n = len(words) - len(words) % 2
+    gaps = repeat_gaps(words[:n])
+    if len(gaps) < 64 or (gaps % 2).any() or len(np.unique(gaps)) < PAIR_MIN_DISTANCES:
+        return False
+    repeats = lambda values: len(values) - len(np.unique(values))  # noqa: E731
+    pairs = np.ascontiguousarray(words[:n]).view(np.int64)
+    return repeats(pairs) >= 0.9 * min(repeats(words[0:n:2]), repeats(words[1:n:2]))
 
 
 def key_width(sample: bytes, source: str) -> int:
@@ -155,9 +192,12 @@ def key_width(sample: bytes, source: str) -> int:
     words = np.frombuffer(sample, dtype=">i4")
     if int64_sign_words(words) or int64_sign_words(words.byteswap()):
         return 8
-    repeats, odd = odd_repeat_share(words[: 1 << 18])
+    words = words[: 1 << 18]
+    repeats, odd = odd_repeat_share(words)
     if repeats >= 64 and odd >= 0.05:
         return 4
+    if int64_key_pairs(words):
+        return 8
     raise LcrInputError("binary keys whose width the content does not settle: pass --format "
                         "int32-be (cache2k) or int64-be (scarab), or -le for little-endian",
                         source=source)

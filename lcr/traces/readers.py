@@ -67,6 +67,35 @@ def read_text(path: Path, limit: int | None = None) -> Trace:
     return Trace(np.array(keys, dtype=np.int64), path.name)
 
 
+def read_address(path: Path, limit: int | None = None) -> Trace:
+    """CPU memory-address traces (the UCSD CSE 240A SPEC traces that Caffeine's simulator
+    ships under ``parser/address``): lines ``op 0xADDRESS count``, op ``l`` (load) or ``s``
+    (store). The key is the byte address itself, as Caffeine's ``AddressTraceReader`` takes
+    it (no cache-line or page shift; op and count are checked, not used). Addresses of up
+    to 64 bits keep their bits as the int64 key, as the uint64 streams do."""
+    keys = []
+    for number, line in _lines(path):
+        match = detect.ADDRESS_LINE.fullmatch(line)
+        if match is None:
+            raise LcrInputError(_address_fault(line.split()), source=str(path), line=number)
+        keys.append(int(match["address"], 16))
+        if limit is not None and len(keys) >= limit:
+            break
+    return Trace(np.array(keys, dtype=np.uint64).view(np.int64), path.name)
+
+
+def _address_fault(fields: list[str]) -> str:
+    """Which field of a line that is not ``detect.ADDRESS_LINE`` is wrong."""
+    if len(fields) != 3:
+        return f"expected 'op 0xADDRESS count', got {len(fields)} fields"
+    op, address, count = fields
+    if op not in ("l", "s"):
+        return f"field 'op': expected l or s, got {op[:20]!r}"
+    if not detect.HEX_ADDRESS.fullmatch(address):
+        return f"field 'address': expected 0x and 1 to 16 hex digits, got {address[:40]!r}"
+    return f"field 'count': expected a non-negative integer, got {count[:40]!r}"
+
+
 #: An ARC line may name at most this many blocks (a guard against a corrupt count).
 ARC_MAX_RUN = 1 << 24
 
@@ -320,6 +349,7 @@ _INTEGER_STREAMS = {s.name: s for s in (IntegerStream(w, signed, order) for w in
 #: Canonical format names and their readers.
 FORMATS: dict[str, Reader] = {
     "text": read_text,
+    "address": read_address,
     "arc": read_arc,
     "adapt_size": read_adapt_size,
     "mooncake": read_mooncake,
@@ -334,6 +364,7 @@ FORMATS: dict[str, Reader] = {
 ALIASES = {
     "cache2k": "int32-be",       # Caffeine simulator, parser/cache2k: DataInputStream.readInt
     "scarab": "int64-be",        # Caffeine simulator, parser/scarab: DataInputStream.readLong
+    "corda": "int64-be",         # Caffeine simulator, parser/corda (R3's traces): readLong
     "cloudphysics": "uint32-be",  # Caffeine simulator, parser/cloud_physics (LIRS2's traces)
     "lirs": "text", "txt": "text", "libcachesim-txt": "text",
     "libcachesim-csv": "csv", "oracle-general": "oracleGeneral", "oraclegeneral": "oracleGeneral",
@@ -365,7 +396,8 @@ def detect_format(path: str | os.PathLike) -> str:
 
 def _check_given_format(path: Path, fmt: str, given: str) -> None:
     """Refuse a named binary format that the content clearly contradicts (text, or int64
-    keys named as int32): the two misreads that would otherwise pass silently."""
+    keys named as int32, by their sign words or their word pairs: ``detect.key_width``'s
+    tests): the two misreads that would otherwise pass silently."""
     stream = _INTEGER_STREAMS.get(fmt)
     if stream is None:
         return
@@ -375,10 +407,12 @@ def _check_given_format(path: Path, fmt: str, given: str) -> None:
                             f"{', '.join(detect.TEXT_CANDIDATES)}", source=str(path))
     if stream.width == 4 and len(sample) % 8 == 0:
         words = np.frombuffer(sample[: len(sample) - len(sample) % 4], dtype=">i4")
-        order = detect.int64_sign_words(words if stream.order == "be" else words.byteswap())
-        if order:
+        if detect.int64_sign_words(words if stream.order == "be" else words.byteswap()):
             raise LcrInputError(f"--format {given} but every other 32-bit word is 0 or -1: these are "
                                 f"64-bit keys; pass --format int64-{stream.order}", source=str(path))
+        if detect.int64_key_pairs(words[: 1 << 18]):
+            raise LcrInputError(f"--format {given} but the 32-bit words repeat only as aligned pairs: "
+                                f"these are 64-bit keys; pass --format int64-{stream.order}", source=str(path))
 
 
 def _reason(err: BaseException) -> str:
