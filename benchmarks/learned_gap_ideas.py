@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from learned_gap import HEURISTICS, SIZES, TRACES, gap_closed, load
+from learned_gap import HEURISTICS, SIZES, TUNING, gap_closed, load
 from lcr.predict.lightgbm_model import LightGBMConfig
 from lcr.predict.replayed import replay_model
 from lcr.sim.native import native_replay
@@ -41,7 +41,7 @@ def main() -> None:
     parser.add_argument("--max-requests", type=int, default=300_000)
     args = parser.parse_args()
     gaps: dict[str, list[float]] = {}
-    for relative in TRACES:
+    for relative in TUNING:  # ideas are tried on the tuning half only
         path = Path(args.data) / relative
         if (args.traces and not any(s in relative for s in args.traces.split(","))) or not path.exists():
             continue
