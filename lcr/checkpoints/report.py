@@ -5,7 +5,9 @@ import json
 import math
 from pathlib import Path
 
+from lcr.atomic import write_output
 from lcr.checkpoints.sweep import Sweep
+from lcr.sim.plot import save_figure
 
 
 def _factor(x: float) -> str:
@@ -47,8 +49,9 @@ def to_json(result: Sweep) -> dict:
 
 
 def write_json(result: Sweep, path: str | Path) -> None:
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(json.dumps(to_json(result), indent=2) + "\n")
+    """``to_json`` at ``path``, whole or not at all (``lcr.atomic``); one-line error if it
+    cannot be written."""
+    write_output(path, json.dumps(to_json(result), indent=2) + "\n", "JSON")
 
 
 def plot_reduction(result: Sweep, path: str | Path) -> None:
@@ -72,7 +75,4 @@ def plot_reduction(result: Sweep, path: str | Path) -> None:
     ax.set_title(title + ("\nbudgets with zero recompute not drawn" if omitted else ""), fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
-    fig.tight_layout()
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)

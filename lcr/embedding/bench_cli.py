@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 
+from lcr.atomic import write_output
 from lcr.errors import LcrInputError
 
 POLICIES = ("lru", "fpb", "hf", "laru")
@@ -186,11 +186,9 @@ def run(args: argparse.Namespace) -> int:
                             predictions=predictions, warmup=args.warmup, batches=args.batches)
     print(format_table(results))
     if args.json:
-        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-        with open(args.json, "w") as f:
-            arguments = {k: v for k, v in vars(args).items() if k != "func"}
-            json.dump({"args": {**arguments, "store": store_name},
-                       "results": [r.as_dict() for r in results]}, f, indent=1)
+        arguments = {k: v for k, v in vars(args).items() if k != "func"}
+        write_output(args.json, json.dumps({"args": {**arguments, "store": store_name},
+                                            "results": [r.as_dict() for r in results]}, indent=1), "JSON")
     if args.plot:
         plot_latency(results, args.plot, title=f"SLS via SlabHashCache ({args.device}, {args.predictor})")
     return 0

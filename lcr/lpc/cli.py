@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 
 def register(subparsers) -> None:
@@ -31,7 +30,9 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
+    from lcr.atomic import write_output
     from lcr.errors import LcrInputError
+    from lcr.guards import check_output_path
     from lcr.lpc.chats import load_conversations
     from lcr.lpc.encoder import SentenceEncoder
     from lcr.lpc.train import train
@@ -40,6 +41,8 @@ def run(args) -> int:
         raise LcrInputError("--epochs must be at least 1")
     if args.limit is not None and args.limit < 2:
         raise LcrInputError("--limit must be at least 2 (one conversation per half)")
+    check_output_path(args.output, "--output")  # before training, not after it
+    check_output_path(args.json, "--json")
     convs = load_conversations(args.chats, args.limit)
     encoder = SentenceEncoder(args.encoder, prefix=args.encoder_prefix, cache_dir=args.cache_dir)
     report = train(convs, args.model, encoder=encoder, features=args.features, epochs=args.epochs,
@@ -51,8 +54,8 @@ def run(args) -> int:
     for s in report.held_out:
         print("  " + s.row())
     if args.json:
-        Path(args.json).write_text(json.dumps({"held_out": [vars(s) for s in report.held_out],
-                                               "train_examples": report.train_examples,
-                                               "history": report.model.history}, indent=1))
+        write_output(args.json, json.dumps({"held_out": [vars(s) for s in report.held_out],
+                                            "train_examples": report.train_examples,
+                                            "history": report.model.history}, indent=1), "JSON")
     sys.stdout.flush()
     return 0

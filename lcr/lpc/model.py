@@ -116,11 +116,19 @@ class Classifier:
         return self._booster
 
     def save(self, path) -> None:
+        """Write the model file, whole or not at all (``lcr.atomic``); one-line error if it
+        cannot be written."""
+        import io
+
         import torch
 
+        from lcr.atomic import write_output
+
+        doc = io.BytesIO()  # serialized first: torch's writer turns a failed write into a RuntimeError
         torch.save({"format": "lcr-lpc-1", "kind": self.kind, "encoder": self.encoder,
                     "encoder_prefix": self.encoder_prefix, "budget": self.budget,
-                    "feature_set": self.feature_set, "state": self.state}, path)
+                    "feature_set": self.feature_set, "state": self.state}, doc)
+        write_output(path, doc.getbuffer(), "the model")
 
     @classmethod
     def load(cls, path) -> "Classifier":

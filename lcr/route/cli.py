@@ -4,11 +4,12 @@ from __future__ import annotations
 import json
 import math
 import sys
-from pathlib import Path
 
 import numpy as np
 
+from lcr.atomic import write_output
 from lcr.errors import LcrInputError
+from lcr.guards import check_output_path
 from lcr.route.routers import ROUTERS, make_router
 from lcr.route.service import ServiceModel
 from lcr.route.sim import KV_POLICIES
@@ -205,6 +206,7 @@ def run(args) -> int:
         raise LcrInputError(f"--block-tokens must be at least 1, got {args.block_tokens}")
     check_limit(args.limit)
     check_seed(args.seed)
+    check_output_path(args.json, "--json")  # before the run, not after it
     service = service_model(args)
     check_jitter(args.service_jitter)
     pairs, meta = load_requests(args.workload, args.block_tokens, args.seed, args.limit)
@@ -234,12 +236,8 @@ def run(args) -> int:
                           f"{r.ttft_p50:>9.3f} {r.ttft_p95:>8.3f} {r.latency_p50:>8.3f} "
                           f"{r.latency_p95:>8.3f} {r.throughput:>7.2f}", flush=True)
     if args.json:
-        try:
-            Path(args.json).write_text(json.dumps({"workload": args.workload, "arrivals": args.arrivals,
-                                                    "service": service.__dict__, "results": results},
-                                                   indent=1))
-        except OSError as err:
-            raise LcrInputError(f"--json: cannot write {args.json}: {err.strerror}") from None
+        write_output(args.json, json.dumps({"workload": args.workload, "arrivals": args.arrivals,
+                                            "service": service.__dict__, "results": results}, indent=1), "JSON")
     return 0
 
 

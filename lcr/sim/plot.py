@@ -5,7 +5,7 @@ import os
 from collections import defaultdict
 from pathlib import Path
 
-from lcr.errors import LcrInputError
+from lcr.atomic import write_output
 from lcr.sim.sweep import SimResult
 
 
@@ -54,16 +54,15 @@ def plot_sweep(results: list[SimResult], path: str | os.PathLike, title: str = "
 
 
 def save_figure(fig, path: str | os.PathLike, title: str = "") -> None:
-    """Title, tighten, write the PNG (creating its folder) and free the figure."""
+    """Title, tighten, write the image (creating its folder; whole or not at all, see
+    ``lcr.atomic``) in the format its suffix names, and free the figure."""
     import matplotlib.pyplot as plt
 
     if title:
         fig.suptitle(title, fontsize=9)
     fig.tight_layout()
+    image_format = Path(path).suffix.lstrip(".").lower() or None  # the temporary file's name has no say
     try:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=120)
-    except OSError as err:
-        raise LcrInputError(f"cannot write the plot: {err.strerror or err}", source=str(path)) from None
+        write_output(path, lambda f: fig.savefig(f, format=image_format, dpi=120), "the plot")
     finally:
         plt.close(fig)

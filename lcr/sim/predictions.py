@@ -13,11 +13,16 @@ trains the online model over the whole trace. Its file is keyed by
 - the cache size, for models whose boundary is for one (``lightgbm``: the relaxed-Belady
   classifier learns per cache size), which get one pass per size.
 
-Files are written whole through a rename, so a crashed run never leaves a torn one; an
-unreadable or wrong-length file is recomputed. Not thread-safe: one sweep uses one cache.
+Each array ``DIGEST.npy`` has its settings beside it in ``DIGEST.json``, with the SHA-256
+of the array's bytes, checked on every load: a file that is unreadable, of the wrong
+length, damaged in place or without its checksum is warned about (once, naming it),
+deleted and recomputed, so a damaged cache costs time, never a wrong result. Both are
+written whole through ``lcr.atomic`` (a failed write leaves no partial or temporary file).
+Not thread-safe: one sweep uses one cache.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -29,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
+from lcr.atomic import write_atomic
 from lcr.errors import LcrInputError
 from lcr.traces import Trace
 
@@ -193,29 +199,48 @@ class PredictionCache:
         return self.directory / f"{digest}.npy"
 
     def _load(self, digest: str, length: int) -> np.ndarray | None:
-        if self.directory is None or not self._path(digest).is_file():
+        path = self._path(digest) if self.directory is not None else None
+        if path is None or not path.is_file():
             return None
-        try:
-            values = np.load(self._path(digest), allow_pickle=False)
-        except (OSError, ValueError, EOFError) as err:
-            log.warning("prediction cache %s unreadable (%s); recomputing", self._path(digest), err)
-            return None
-        if values.shape != (length,) or values.dtype != np.float64:
-            log.warning("prediction cache %s has the wrong shape; recomputing", self._path(digest))
-            return None
+        values, problem = _read_checked(path, length)
+        if problem is not None:
+            log.warning("prediction cache %s %s; deleting it and recomputing", path, problem)
+            for stale in (path, path.with_suffix(".json")):
+                with contextlib.suppress(OSError):  # a read-only cache: recomputed every run, still right
+                    stale.unlink(missing_ok=True)
         return values
 
     def _store(self, digest: str, values: np.ndarray, settings: dict) -> None:
         if self.directory is None:
             return
-        try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            partial = self.directory / f".{digest}.{os.getpid()}.npy"
-            np.save(partial, values, allow_pickle=False)
-            os.replace(partial, self._path(digest))
-            self._path(digest).with_suffix(".json").write_text(json.dumps(settings, indent=1))
+        path = self._path(digest)
+        try:  # the array first: its checksum in the settings file is what makes it valid
+            write_atomic(path, lambda f: np.save(f, values, allow_pickle=False))
+            write_atomic(path.with_suffix(".json"),
+                         json.dumps({**settings, "sha256": _checksum(values)}, indent=1))
         except OSError as err:  # a cache that cannot be written only costs the next run time
             log.warning("cannot keep predictions in %s: %s", self.directory, err)
+
+
+def _checksum(values: np.ndarray) -> str:
+    return hashlib.sha256(np.ascontiguousarray(values)).hexdigest()
+
+
+def _read_checked(path: Path, length: int) -> tuple[np.ndarray | None, str | None]:
+    """The array at ``path``, or None and what is wrong with it: a file that does not
+    match the checksum recorded in its settings file beside it is never used."""
+    try:
+        recorded = json.loads(path.with_suffix(".json").read_text()).get("sha256")
+        values = np.load(path, allow_pickle=False)
+    except Exception as err:  # noqa: BLE001 - numpy raises many kinds (TokenError, ...) on a damaged header
+        return None, f"is unreadable ({type(err).__name__}: {err})"
+    if values.shape != (length,) or values.dtype != np.float64:
+        return None, "has the wrong shape"
+    if recorded is None:
+        return None, "has no checksum (written by an older lcr)"
+    if recorded != _checksum(values):
+        return None, "does not match its checksum (damaged)"
+    return values, None
 
 
 def check_cache_directory(directory: str | None) -> None:

@@ -4,9 +4,8 @@ from __future__ import annotations
 import json
 import os
 import platform
-from pathlib import Path
 
-from lcr.errors import LcrInputError
+from lcr.atomic import write_output
 from lcr.sim.sweep import SimResult
 
 
@@ -27,12 +26,7 @@ def machine_description() -> dict:
 
 
 def write_json(path: str | os.PathLike, results: list, **context) -> None:
-    """Results and their context as JSON at ``path`` (folders created); one-line error if
-    it cannot be written."""
+    """Results and their context as JSON at ``path`` (folders created), written whole or
+    not at all (``lcr.atomic``); one-line error if it cannot be written."""
     doc = {**context, "machine": machine_description(), "results": [r.as_dict() for r in results]}
-    path = Path(path)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(doc, indent=1, default=float))
-    except OSError as err:
-        raise LcrInputError(f"cannot write JSON: {err.strerror or err}", source=str(path)) from None
+    write_output(path, json.dumps(doc, indent=1, default=float), "JSON")
