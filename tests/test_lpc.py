@@ -336,3 +336,21 @@ def test_lpc_makes_the_same_choices_in_sglangs_tree():
     sglang_run = run_sweep(workload, [capacity], policies, [0.0], engine="sglang")
     assert [r.hit_tokens for r in sglang_run] == [r.hit_tokens for r in lcr_run]
     assert lcr_run[0].stats["evictions"] > 20
+
+
+def test_a_damaged_embedding_cache_is_discarded_with_one_warning(tmp_path, caplog):
+    """A torn or bit-flipped .npz (a crash mid-write, a bad disk) costs a re-encode, not a
+    traceback; the damaged file is removed so the next run does not warn again."""
+    from lcr.lpc.encoder import SentenceEncoder
+
+    encoder = SentenceEncoder(cache_dir=tmp_path)
+    good = {"a" * 32: np.ones(4, np.float32), "b" * 32: np.zeros(4, np.float32)}
+    np.savez(encoder.cache_file, **good)
+    data = bytearray(encoder.cache_file.read_bytes())
+    data[len(data) // 2:len(data) // 2 + 64] = bytes(64)  # same size, damaged inside
+    encoder.cache_file.write_bytes(bytes(data))
+    with caplog.at_level("WARNING", logger="lcr.lpc.encoder"):
+        assert encoder._load_cache() == {}
+    assert [r.getMessage() for r in caplog.records if "damaged" in r.getMessage()]
+    assert not encoder.cache_file.exists()
+    assert not list(tmp_path.glob(".*")), "no temporary file left"

