@@ -185,33 +185,3 @@ def test_an_all_hit_cuda_batch_synchronises_once():
         torch.cuda.set_sync_debug_mode("default")
     assert cache.readbacks - before == 1
     torch.testing.assert_close(out, F.embedding_bag(indices, table.cuda(), offsets, mode="sum"))
-
-
-def test_bench_sls_cli_runs_on_cpu_and_writes_results(tmp_path, capsys):
-    from lcr.cli import main
-    out = tmp_path / "sls.json"
-    code = main(["bench", "sls", "--table-rows", "3000", "--dim", "8", "--pooling", "5",
-                 "--batch-sizes", "16", "--cache-ratio", "0.05", "--policies", "lru,laru",
-                 "--predictor", "noisy:0.2", "--batches", "2", "--warmup", "1",
-                 "--json", str(out), "--plot", str(tmp_path / "sls.png")])
-    assert code == 0
-    text = capsys.readouterr().out
-    assert "laru" in text and "reduce ms" in text
-    import json
-    results = json.loads(out.read_text())["results"]
-    assert {r["policy"] for r in results} == {"lru", "laru"}
-    assert all(r["samples_per_s"] > 0 and 0 <= r["hit_ratio"] <= 1 for r in results)
-    assert (tmp_path / "sls.png").stat().st_size > 0
-    assert main(["bench", "sls", "--predictor", "lightgbm-strong"]) == 2
-
-
-def test_bench_lookup_predictions_from_the_online_model():
-    """--predictor lightgbm: the four-feature model's answer right after each lookup."""
-    from lcr.embedding.bench_cli import lookup_predictions
-    from lcr.traces import Trace
-
-    period = np.tile(np.arange(300), 60)  # every row returns exactly 300 lookups later
-    values = lookup_predictions(Trace(period), "lightgbm", 0.0, seed=0)
-    assert np.isnan(values[:4_999]).all()  # no model before the first fit (due every 5,000)
-    later = np.arange(12_000, len(period))
-    assert np.median(np.abs(values[later] - (later + 300))) < 30

@@ -1,23 +1,38 @@
-"""The SLS benchmark: SparseLengthsSum latency through SlabHashCache, per policy.
+"""The SLS benchmark: SparseLengthsSum throughput through SlabHashCache, per policy.
 
-A lookup trace (synthetic Zipf or a trace file mapped onto dense row ids) is cut into
-bags of ``pooling`` lookups and batches of ``batch_size`` bags. For every cache ratio
-(cache slots / distinct keys), batch size and policy a fresh cache replays ``warmup``
-untimed batches, then ``batches`` timed ones. Predictions are written after each batch
-outside the timed region, as the paper's asynchronous predictor does.
+A lookup trace (DLRM locality-shaped, synthetic Zipf, or a trace file mapped onto dense
+row ids) is cut into bags of ``pooling`` lookups and batches of ``batch_size`` bags. For
+every cache ratio (cache slots / distinct keys), batch size and policy a fresh cache
+replays ``warmup`` untimed batches, then ``batches`` timed ones, back to back: on a GPU
+one synchronisation before and one after them, none per batch or per stage (``profile``
+runs the same batches again with a synchronisation after each stage, for the breakdown).
+
+Predictions come from ``BatchPredictor``, a CPU thread beside the serving loop: it takes
+each batch's lookups, observes them and predicts the batch's distinct keys while the
+next batch is served; its answers are written into the cache before the batch after
+that. Its work runs during the timed batches, and when it is slower than a batch the
+loop waits for it, so a predictor's cost is on the clock.
+
+In the same run, ``embedding_bag`` on the whole table where the cache lives (its upper
+bound: every row resident) is timed as the row ``embedding_bag``.
 """
 from __future__ import annotations
 
+import queue
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from lcr.embedding.cache import SlabHashCache
-from lcr.embedding.predictions import TracePredictor
 from lcr.embedding.sls import STAGES, sls
+
+RESIDENT = "embedding_bag"  # the baseline row: the whole table resident, no cache
 
 
 @dataclass
@@ -26,10 +41,12 @@ class SlsBenchResult:
     cache_ratio: float
     batch_size: int
     batches: int
-    latency_ms: float                 # average SLS latency per batch
+    latency_ms: float                 # wall time per batch, timed batches back to back
     hit_ratio: float                  # over the distinct keys of the timed batches
     samples_per_s: float
-    stages_ms: dict[str, float] = field(default_factory=dict)  # per batch
+    stages_ms: dict[str, float] = field(default_factory=dict)  # per batch (profile runs only)
+    predictor_ms: float = 0.0         # predictor thread's work per batch (observe + predict)
+    predictor_wait_ms: float = 0.0    # what the serving loop waited for it, per batch
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -56,62 +73,166 @@ def batches_of(workload: SlsWorkload, batch_size: int, count: int):
         start += per_batch
 
 
+class BatchPredictor:
+    """A predictor on a CPU thread of its own, one batch behind the serving loop.
+
+    ``submit(indices, start)`` hands it a batch's lookups (positions ``start``, ...);
+    the thread calls ``model.observe_batch(indices, start)`` and then
+    ``model.predict(distinct_keys, now)``. ``collect()`` returns the answers to the batch
+    submitted before the last one, waiting for them if the thread is behind, so every
+    run makes the same decisions and the thread's lag costs wall time. One serving loop
+    only (not thread-safe for several callers)."""
+
+    def __init__(self, model):
+        self.model = model
+        self._inbox: queue.Queue = queue.Queue(maxsize=2)
+        self._done: queue.Queue = queue.Queue()
+        self._pending = 0
+        self.work_s = 0.0
+        self.wait_s = 0.0
+        self._thread = threading.Thread(target=self._run, name="lcr-batch-predictor", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while (item := self._inbox.get()) is not None:
+            indices, start = item
+            began = time.perf_counter()
+            try:
+                self.model.observe_batch(indices, start)
+                keys = np.unique(indices)
+                answer = (keys, np.asarray(self.model.predict(keys, start + len(indices)),
+                                           dtype=np.float64))
+            except Exception as err:  # noqa: BLE001 - handed to the serving loop
+                answer = err
+            self.work_s += time.perf_counter() - began
+            self._done.put(answer)
+
+    def submit(self, indices: np.ndarray, start: int) -> None:
+        self._inbox.put((indices, start))
+        self._pending += 1
+
+    def collect(self):
+        """(keys, predictions) of the batch before the last one submitted, or None."""
+        if self._pending < 2:
+            return None
+        began = time.perf_counter()
+        answer = self._done.get()
+        self.wait_s += time.perf_counter() - began
+        self._pending -= 1
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    def close(self) -> None:
+        self._inbox.put(None)
+        self._thread.join()
+
+
+@contextmanager
+def _clock(device: str):
+    """Wall time of the block, with the device drained before and after it."""
+    elapsed = [0.0]
+    if device == "cuda":
+        torch.cuda.synchronize()
+    began = time.perf_counter()
+    yield elapsed
+    if device == "cuda":
+        torch.cuda.synchronize()
+    elapsed[0] = time.perf_counter() - began
+
+
 def run_one(workload: SlsWorkload, store, policy: str, cache_ratio: float, batch_size: int,
-            dim: int, dtype, device: str, predictions: np.ndarray | None, warmup: int,
-            batches: int) -> SlsBenchResult:
+            dim: int, dtype, device: str, make_model: Callable | None, warmup: int,
+            batches: int, profile: bool = False) -> SlsBenchResult:
+    """One cell: ``make_model()`` builds the predictor's model (None: no predictions)."""
     cache = SlabHashCache.for_capacity(cache_ratio * workload.distinct, dim, dtype=dtype,
                                        policy=policy, device=device)
-    predictor = None if predictions is None or policy == "lru" else \
-        TracePredictor(predictions, workload.rows)
-    timings: dict[str, float] = {}
-    elapsed = 0.0
-    for i, (start, indices, lengths) in enumerate(batches_of(workload, batch_size, warmup + batches)):
-        timed = i >= warmup
-        if i == warmup:
-            cache.reset_stats()
-        indices = indices.to(device)
-        lengths_d = lengths.to(device)
-        if device == "cuda":
-            torch.cuda.synchronize()
-        began = time.perf_counter()
-        sls(cache, store, indices, lengths=lengths_d, timings=timings if timed else None)
-        if device == "cuda":
-            torch.cuda.synchronize()
-        if timed:
-            elapsed += time.perf_counter() - began
-        if predictor is not None:  # the asynchronous predictor's work: off the clock
-            predictor.observe_batch(indices.cpu().numpy(), start)
-            keys = np.unique(indices.cpu().numpy())
-            cache.set_predictions(keys, predictor.predict(keys, start))
-    return SlsBenchResult(policy, cache_ratio, batch_size, batches,
-                          latency_ms=1e3 * elapsed / batches, hit_ratio=cache.hit_ratio,
-                          samples_per_s=batch_size * batches / elapsed,
-                          stages_ms={s: 1e3 * timings.get(s, 0.0) / batches for s in STAGES})
+    predictor = BatchPredictor(make_model()) if make_model is not None and policy != "lru" else None
+    work = [(start, indices.to(device), lengths.to(device))
+            for start, indices, lengths in batches_of(workload, batch_size, warmup + batches)]
+    timings: dict[str, float] | None = {} if profile else None
+
+    def serve(start, indices, lengths, timed: bool) -> None:
+        if predictor is not None:
+            answer = predictor.collect()
+            if answer is not None:
+                cache.set_predictions(*answer)
+        sls(cache, store, indices, lengths=lengths, timings=timings if timed else None)
+        if predictor is not None:
+            predictor.submit(workload.lookups[start:start + indices.numel()], start)
+
+    try:
+        for item in work[:warmup]:
+            serve(*item, timed=False)
+        cache.reset_stats()
+        if predictor is not None:
+            predictor.work_s = predictor.wait_s = 0.0
+        with _clock(device) as elapsed:
+            for item in work[warmup:]:
+                serve(*item, timed=True)
+    finally:
+        if predictor is not None:
+            predictor.close()
+    seconds = elapsed[0]
+    return SlsBenchResult(
+        policy, cache_ratio, batch_size, batches, latency_ms=1e3 * seconds / batches,
+        hit_ratio=cache.hit_ratio, samples_per_s=batch_size * batches / seconds,
+        stages_ms={s: 1e3 * timings.get(s, 0.0) / batches for s in STAGES} if profile else {},
+        predictor_ms=1e3 * predictor.work_s / batches if predictor else 0.0,
+        predictor_wait_ms=1e3 * predictor.wait_s / batches if predictor else 0.0)
+
+
+def run_resident(workload: SlsWorkload, table: torch.Tensor, batch_size: int, device: str,
+                 warmup: int, batches: int) -> SlsBenchResult:
+    """``embedding_bag`` over the whole table on ``device``: every row resident."""
+    table = table.to(device)
+    work = [(indices.to(device), (torch.cumsum(lengths, 0) - lengths).to(device))
+            for _, indices, lengths in batches_of(workload, batch_size, warmup + batches)]
+    for indices, offsets in work[:warmup]:
+        F.embedding_bag(indices, table, offsets, mode="sum")
+    with _clock(device) as elapsed:
+        for indices, offsets in work[warmup:]:
+            F.embedding_bag(indices, table, offsets, mode="sum")
+    seconds = elapsed[0]
+    return SlsBenchResult(RESIDENT, 1.0, batch_size, batches, latency_ms=1e3 * seconds / batches,
+                          hit_ratio=1.0, samples_per_s=batch_size * batches / seconds)
 
 
 def run_sls_bench(workload: SlsWorkload, store, *, policies, cache_ratios, batch_sizes, dim,
-                  dtype="float32", device="cpu", predictions=None, warmup=3, batches=10,
+                  dtype="float32", device="cpu", make_model=None, warmup=3, batches=10,
+                  profile=False, table: torch.Tensor | None = None,
                   progress: Callable[[SlsBenchResult], None] | None = None) -> list[SlsBenchResult]:
+    """Every (cache ratio, batch size, policy) cell, and, given the full ``table``, the
+    resident ``embedding_bag`` row per batch size (first, under the first ratio)."""
     results = []
+
+    def add(result: SlsBenchResult) -> None:
+        results.append(result)
+        if progress:
+            progress(result)
+
     for ratio in cache_ratios:
         for batch_size in batch_sizes:
+            if table is not None and ratio == cache_ratios[0]:
+                add(run_resident(workload, table, batch_size, device, warmup, batches))
             for policy in policies:
-                result = run_one(workload, store, policy, ratio, batch_size, dim, dtype, device,
-                                 predictions, warmup, batches)
-                results.append(result)
-                if progress:
-                    progress(result)
+                add(run_one(workload, store, policy, ratio, batch_size, dim, dtype, device,
+                            make_model, warmup, batches, profile))
     return results
 
 
 def format_table(results: list[SlsBenchResult]) -> str:
-    header = (f"{'ratio':>6} {'batch':>6} {'policy':>6} {'latency ms':>10} {'hit ratio':>9} "
-              f"{'samples/s':>10} " + " ".join(f"{s + ' ms':>9}" for s in STAGES))
+    profiled = any(r.stages_ms for r in results)
+    header = (f"{'ratio':>6} {'batch':>6} {'policy':>13} {'latency ms':>10} {'hit ratio':>9} "
+              f"{'samples/s':>10} {'pred ms':>8} {'wait ms':>8}"
+              + "".join(f" {s + ' ms':>9}" for s in STAGES if profiled))
     lines = [header, "-" * len(header)]
     for r in results:
-        lines.append(f"{r.cache_ratio:>6.1%} {r.batch_size:>6} {r.policy:>6} {r.latency_ms:>10.2f} "
-                     f"{r.hit_ratio:>9.3f} {r.samples_per_s:>10.0f} "
-                     + " ".join(f"{r.stages_ms[s]:>9.2f}" for s in STAGES))
+        ratio = "-" if r.policy == RESIDENT else f"{r.cache_ratio:.1%}"
+        lines.append(f"{ratio:>6} {r.batch_size:>6} {r.policy:>13} {r.latency_ms:>10.2f} "
+                     f"{r.hit_ratio:>9.3f} {r.samples_per_s:>10.0f} {r.predictor_ms:>8.2f} "
+                     f"{r.predictor_wait_ms:>8.2f}"
+                     + "".join(f" {r.stages_ms.get(s, 0.0):>9.2f}" for s in STAGES if profiled))
     return "\n".join(lines)
 
 
@@ -125,10 +246,13 @@ def plot_latency(results: list[SlsBenchResult], path, title: str = "") -> None:
 
     from lcr.sim.plot import save_figure
 
-    ratios = sorted({r.cache_ratio for r in results})
-    sizes = sorted({r.batch_size for r in results})
-    policies = list(dict.fromkeys(r.policy for r in results))
-    at = {(r.cache_ratio, r.batch_size, r.policy): r.latency_ms for r in results}
+    cached = [r for r in results if r.policy != RESIDENT]
+    resident = {r.batch_size: r.latency_ms for r in results if r.policy == RESIDENT}
+    ratios = sorted({r.cache_ratio for r in cached})
+    sizes = sorted({r.batch_size for r in cached})
+    policies = list(dict.fromkeys(r.policy for r in cached)) + ([RESIDENT] if resident else [])
+    at = {(r.cache_ratio, r.batch_size, r.policy): r.latency_ms for r in cached}
+    at.update({(ratio, size, RESIDENT): ms for ratio in ratios for size, ms in resident.items()})
     fig, axes = plt.subplots(1, len(ratios), figsize=(4.2 * len(ratios), 3.4), squeeze=False)
     width = 0.8 / len(policies)
     for ax, ratio in zip(axes[0], ratios):

@@ -1,4 +1,5 @@
-"""`lcr bench sls`: SparseLengthsSum latency through SlabHashCache (paper Figure 9)."""
+"""`lcr bench sls`: SparseLengthsSum throughput through SlabHashCache (paper Figure 9 and
+the DLRM experiment: lookups shaped by Meta's production locality statistics)."""
 from __future__ import annotations
 
 import argparse
@@ -20,18 +21,24 @@ def _list(text: str, kind, flag: str) -> list:
     return values
 
 
-def lookup_predictions(lookups, predictor: str, noise: float, seed: int):
-    """The prediction made at each lookup. LightGBM's are what the online model answers
-    right after each lookup (``lcr.predict.replayed``): the paper's asynchronous mode."""
+def model_factory(predictor: str, lookups, rows: int, noise: float, seed: int):
+    """A function building a fresh predictor model per benchmark cell (None: no predictor).
+    Oracle and noisy predictions are read from the trace (free); ``lightgbm`` is the
+    paper's four-feature DLRM model, trained online on the predictor thread, so its
+    observing, fitting and predicting are on the benchmark's clock."""
+    from lcr.embedding.predictions import OnlineModel, TracePredictor
+
     if predictor.startswith("lightgbm"):
         from lcr.predict import learned_config
-        from lcr.predict.replayed import replayed_predictions
+        from lcr.predict.lightgbm_model import LightGBMPredictor
 
-        base = "lightgbm-weak" if predictor == "lightgbm-weak" else "lightgbm-compact"
-        return replayed_predictions(lookups, learned_config(base, seed))
+        config = learned_config("lightgbm-weak" if predictor == "lightgbm-weak" else "lightgbm-compact", seed)
+        return lambda: OnlineModel(LightGBMPredictor(config))
     from lcr.predict.experimental import oracle_predictions
+    from lcr.traces import Trace
 
-    return oracle_predictions(lookups, noise, seed)
+    values = oracle_predictions(Trace(lookups), noise, seed)
+    return lambda: TracePredictor(values, rows)
 
 
 def parse_predictor(text: str) -> tuple[str, float]:
@@ -61,8 +68,12 @@ def register(subparsers) -> None:
                     "breakdown (query, fetch, insert, reduce) for each policy, cache ratio "
                     "and batch size.")
     p.add_argument("--trace", default="zipf",
-                   help="zipf, zipf:alpha=A, or a trace file (keys mapped onto dense row ids)")
-    p.add_argument("--table-rows", type=int, default=100_000, help="rows of a synthetic table")
+                   help="dlrm (lookups shaped by Meta's DLRM table t856), dlrm:STATS_FILE[:TABLE] "
+                        "(a dlrm_datasets locality_stats.txt), zipf, zipf:alpha=A, or a trace file "
+                        "(keys mapped onto dense row ids)")
+    p.add_argument("--table-rows", type=int, default=None,
+                   help="rows of a generated table (default: zipf 100,000; dlrm 1,000,000 on cpu, "
+                        "20,000,000 on cuda)")
     p.add_argument("--dim", type=int, default=128)
     p.add_argument("--dtype", choices=("float32", "float16"), default="float32")
     p.add_argument("--pooling", type=int, default=50, help="lookups per sample")
@@ -76,9 +87,19 @@ def register(subparsers) -> None:
     p.add_argument("--batches", type=int, default=10, help="timed batches per configuration")
     p.add_argument("--warmup", type=int, default=3, help="untimed batches first")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--profile", action="store_true",
+                   help="synchronise after every stage and report the stage breakdown (slower)")
     p.add_argument("--json", help="write the results as JSON here")
     p.add_argument("--plot", help="write a Figure-9-style PNG here")
     p.set_defaults(func=run)
+
+
+def table_rows(args) -> int:
+    if args.table_rows is not None:
+        return args.table_rows
+    if args.trace == "dlrm" or args.trace.startswith("dlrm:"):
+        return 20_000_000 if args.device == "cuda" else 1_000_000
+    return 100_000
 
 
 def load_workload(args):
@@ -89,13 +110,16 @@ def load_workload(args):
 
     batch_max = max(_list(args.batch_sizes, int, "--batch-sizes"))
     needed = (args.warmup + args.batches) * batch_max * args.pooling
-    if args.trace == "zipf" or args.trace.startswith("zipf:"):
+    rows = table_rows(args)
+    if args.trace == "dlrm" or args.trace.startswith("dlrm:"):
+        from lcr.embedding.locality import locality_lookups, locality_table
+
+        lookups = locality_lookups(locality_table(args.trace), rows, needed, args.seed)
+    elif args.trace == "zipf" or args.trace.startswith("zipf:"):
         params = dict(item.split("=", 1) for item in args.trace[5:].split(",") if "=" in item)
         params.setdefault("alpha", "1.05")
-        spec = (f"zipf:requests={needed},keys={args.table_rows},alpha={params['alpha']},"
-                f"seed={args.seed}")
+        spec = f"zipf:requests={needed},keys={rows},alpha={params['alpha']},seed={args.seed}"
         lookups = generate(spec).keys
-        rows = args.table_rows
     else:
         _, lookups = np.unique(load_trace(args.trace).keys, return_inverse=True)
         rows = int(lookups.max()) + 1
@@ -104,18 +128,19 @@ def load_workload(args):
 
 
 def make_store(args, rows: int):
+    """(the store, the full table as a tensor on the host)."""
     import numpy as np
     import torch
 
     from lcr.embedding.stores import HostStore, RedisStore
 
     table = np.random.default_rng(args.seed).standard_normal((rows, args.dim), dtype=np.float32)
-    table = table.astype(args.dtype)
+    table = torch.from_numpy(table.astype(args.dtype))
     if store_kind(args.store) == "host":
-        return HostStore(torch.from_numpy(table))
+        return HostStore(table), table
     store = RedisStore(args.store, args.dim, args.dtype)
-    store.load(table)
-    return store
+    store.load(table.numpy())
+    return store, table
 
 
 def store_kind(text: str) -> str:
@@ -144,7 +169,7 @@ def check_args(args: argparse.Namespace) -> tuple[list[str], list[float], list[i
     if bad:
         raise LcrInputError(f"--cache-ratio: {bad[0]} is not a fraction of the distinct keys in (0, 1]")
     sizes = _list(args.batch_sizes, int, "--batch-sizes")
-    for flag, values, low in (("--batch-sizes", sizes, 1), ("--table-rows", [args.table_rows], 1),
+    for flag, values, low in (("--batch-sizes", sizes, 1), ("--table-rows", [table_rows(args)], 1),
                               ("--dim", [args.dim], 1), ("--pooling", [args.pooling], 1),
                               ("--batches", [args.batches], 1), ("--warmup", [args.warmup], 0),
                               ("--seed", [args.seed], 0)):
@@ -156,7 +181,7 @@ def check_args(args: argparse.Namespace) -> tuple[list[str], list[float], list[i
     store_kind(args.store)
     itemsize = 2 if args.dtype == "float16" else 4
     lookups = (args.warmup + args.batches) * max(sizes) * args.pooling
-    table = args.table_rows * args.dim * itemsize
+    table = table_rows(args) * args.dim * itemsize
     # the lookups (int64, and a few working copies), the table twice (store, reference), the largest cache
     check_memory(8 * 4 * lookups + 2 * table + max(ratios) * table, "this benchmark")
     return policies, ratios, sizes
@@ -172,18 +197,18 @@ def run(args: argparse.Namespace) -> int:
 
     from lcr.embedding.bench import format_table, plot_latency, run_sls_bench
     from lcr.redact import redact_url
-    from lcr.traces import Trace
 
     workload = load_workload(args)
-    store = make_store(args, workload.rows)
-    predictions = lookup_predictions(Trace(workload.lookups), predictor, noise, args.seed)
+    store, table = make_store(args, workload.rows)
+    make_model = model_factory(predictor, workload.lookups, workload.rows, noise, args.seed)
     store_name = redact_url(args.store)
     print(f"lcr bench sls: {len(workload.lookups)} lookups over {workload.distinct} distinct rows, "
           f"dim {args.dim} {args.dtype}, pooling {args.pooling}, store {store_name}, "
           f"device {args.device}, predictor {args.predictor}", flush=True)
     results = run_sls_bench(workload, store, policies=policies, cache_ratios=ratios, batch_sizes=sizes,
-                            dim=args.dim, dtype=args.dtype, device=args.device,
-                            predictions=predictions, warmup=args.warmup, batches=args.batches)
+                            dim=args.dim, dtype=args.dtype, device=args.device, make_model=make_model,
+                            warmup=args.warmup, batches=args.batches, profile=args.profile,
+                            table=table)
     print(format_table(results))
     if args.json:
         arguments = {k: v for k, v in vars(args).items() if k != "func"}

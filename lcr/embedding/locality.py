@@ -67,6 +67,31 @@ class LocalityTable:
         return weights / weights.sum()
 
 
+#: Meta's table t856 (dlrm_datasets embedding_bag/2021, the file's first table): the
+#: workload ``lcr bench sls --trace dlrm`` runs without the file.
+T856 = LocalityTable(
+    "fbgemm_t856_bs65536", lookups=887_017_990, distinct=128_435_723,
+    row_share=(0.473, 0.152, 0.139, 0.112, 0.072, 0.032, 0.011, 0.005, 0.002, 0.001, 0, 0, 0, 0, 0, 0, 0),
+    lookup_share=(0.069, 0.044, 0.068, 0.101, 0.121, 0.104, 0.073, 0.058, 0.052, 0.05, 0.049, 0.048,
+                  0.048, 0.043, 0.031, 0.023, 0.019))
+
+
+def locality_table(spec: str) -> LocalityTable:
+    """``dlrm`` (T856), ``dlrm:FILE`` (its first table) or ``dlrm:FILE:TABLE`` (by name or
+    position in the file)."""
+    if spec == "dlrm":
+        return T856
+    path, _, which = spec[len("dlrm:"):].partition(":")
+    tables = read_locality_stats(path)
+    if not which:
+        return tables[0]
+    for position, table in enumerate(tables):
+        if which in (table.name, str(position)):
+            return table
+    raise LcrInputError(f"{path}: no table {which!r}; tables: "
+                        f"{', '.join(t.name for t in tables[:5])}{', ...' if len(tables) > 5 else ''}")
+
+
 def _bounds(bucket: int) -> tuple[float, float]:
     """The access counts a bucket spans (the open-ended last one taken as one doubling)."""
     return (1.0, 1.0) if bucket == 0 else (2.0 ** (bucket - 1), 2.0 ** bucket)
@@ -150,4 +175,4 @@ def locality_lookups(table: LocalityTable, rows: int, count: int, seed: int = 0)
     return ids[np.minimum(np.searchsorted(np.cumsum(popularity), rng.random(count)), rows - 1)]
 
 
-__all__ = ["LocalityTable", "locality_lookups", "read_locality_stats"]
+__all__ = ["LocalityTable", "T856", "locality_lookups", "locality_table", "read_locality_stats"]

@@ -4,6 +4,9 @@
 batch's distinct keys; the answers (predicted next-access times, NaN when unknown)
 become the slots' metadata. A LightGBM or remote predictor plugs in the same way.
 
+``OnlineModel`` feeds an online next-access model (``observe_many``/``predict``: the
+LightGBM model, a ``RemotePredictor``) batch by batch, each lookup at its trace position.
+
 ``TracePredictor`` serves experiment predictions (``lcr.predict.experimental``:
 oracle, noisy, lognormal) aligned with the flattened lookup trace: a key is answered
 with the prediction made at its latest lookup. Time is the position in that trace.
@@ -28,3 +31,19 @@ class TracePredictor:
     def predict(self, keys, now: int) -> np.ndarray:
         last = self._last[np.asarray(keys, dtype=np.int64)]
         return np.where(last >= 0, self.values[np.maximum(last, 0)], np.nan)
+
+
+class OnlineModel:
+    """An online model fed a batch at a time (what ``lcr.embedding.bench.BatchPredictor``
+    drives on its thread): lookup i of a batch starting at ``start`` is observed at time
+    ``start + i``."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def observe_batch(self, indices: np.ndarray, start: int) -> None:
+        indices = np.asarray(indices, dtype=np.int64)
+        self.model.observe_many(indices, start + np.arange(len(indices), dtype=np.int64))
+
+    def predict(self, keys, now: int) -> np.ndarray:
+        return self.model.predict(np.asarray(keys, dtype=np.int64), now)
