@@ -13,9 +13,9 @@ whether or not a task runs: an idle worker with nothing queued admits one batch 
 skipped, as in the paper. ``close`` counts the keys it drops (``dropped_on_close``).
 Nothing on the caller's side ever waits for the worker.
 
-``submit`` checks its arguments on the caller's thread, as ``predict`` does: keys or a
-``now`` that are not int64 values (``lcr.predict.base``) raise ``LcrInputError`` (a
-ValueError) there, instead of failing later in the worker unseen. After ``close``,
+``submit`` checks its arguments on the caller's thread, as ``predict`` does: keys that
+are not int64 values, or a ``now`` that is not a time >= 0 (``lcr.predict.base``), raise
+``LcrInputError`` (a ValueError) there, instead of failing later in the worker unseen. After ``close``,
 ``submit`` raises ``RuntimeError``: nothing would ever predict those keys.
 
 ``predict`` is the sync path: it calls the wrapped predictor directly and blocks.
@@ -31,7 +31,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from lcr.errors import LcrInputError
-from lcr.predict.base import Predictor, int64_keys, int64_value
+from lcr.predict.base import Predictor, int64_keys, time_value
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ class AsyncPredictor(Predictor):
     def submit(self, keys: Sequence[int], now: int, sink: Sink) -> None:
         """Queue ``keys`` for prediction; never blocks on the worker. Bad keys or ``now``
         raise ``LcrInputError``; a closed predictor raises ``RuntimeError``."""
-        keys, now = int64_keys(keys).tolist(), int64_value(now, "now")
+        keys, now = int64_keys(keys).tolist(), time_value(now, "now")
         cond = self._cond
         with cond:  # held only for a few dict operations: the worker never predicts under it
             if self._closed:

@@ -6,10 +6,11 @@ predicted absolute time of each key's next access (``predict``). Times are in th
 caller's logical clock (request index in the simulator). NaN means "unknown": the
 policies then fall back to recency (see ``lcr.policies.predictions``).
 
-Keys and times travel as int64 (``lcr.predict.wire``), so ``int64_value`` and
-``int64_keys`` are the one place that decides what may enter: integers within int64,
-or floats that are finite, whole and within int64; anything else is refused with a
-one-line ``LcrInputError`` (a ``ValueError``) naming the argument.
+Keys and times travel as int64 (``lcr.predict.wire``), so ``int64_value``,
+``int64_keys`` and ``time_value`` are the one place that decides what may enter:
+integers within int64, or floats that are finite, whole and within int64, and for a time
+not negative; anything else is refused with a one-line ``LcrInputError`` (a
+``ValueError``) naming the argument.
 """
 from __future__ import annotations
 
@@ -54,6 +55,15 @@ def int64_value(value, name: str) -> int:
     if not INT64_MIN <= value <= INT64_MAX:
         raise LcrInputError(f"{name} is outside the int64 range, got {value}")
     return int(value)
+
+
+def time_value(value, name: str) -> int:
+    """An access time: an ``int64_value`` that is not negative (times count up from 0;
+    the service refuses negative ones too)."""
+    value = int64_value(value, name)
+    if value < 0:
+        raise LcrInputError(f"{name} must be a time >= 0, got {value}")
+    return value
 
 
 def int64_keys(keys, name: str = "keys") -> np.ndarray:
@@ -109,4 +119,4 @@ class Predictor(ABC):
         """Predicted next-access time of each key, float64, NaN where unknown."""
 
 
-__all__ = ["INT64_MAX", "INT64_MIN", "Predictor", "int64_keys", "int64_value"]
+__all__ = ["INT64_MAX", "INT64_MIN", "Predictor", "int64_keys", "int64_value", "time_value"]

@@ -63,6 +63,7 @@ class Endpoint:
         self.url = shown  # for messages; connecting needs only host and port
         self.host = parts.hostname
         self.port = port or (443 if parts.scheme == "https" else 80)
+        self.address = f"{self.host}:{self.port}"  # the server, however the URL spells it
         self.tls = ssl.create_default_context() if parts.scheme == "https" else None
 
 

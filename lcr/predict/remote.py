@@ -31,9 +31,10 @@
   observations kept buffered. Each outage logs one warning, and one message when the
   replica answers again.
 - Bad values never reach the wire. ``observe`` is on the cache's access path, so it
-  never raises: an observation whose key or time is not an int64 value (see
-  ``lcr.predict.base.int64_value``: NaN, inf, 1e30, >= 2^63, None, text ...) is dropped
-  and counted (``observations_invalid``), with a warning at most once a minute.
+  never raises: an observation whose key is not an int64 value or whose time is not a
+  time (``lcr.predict.base.int64_value``, ``time_value``: NaN, inf, 1e30, >= 2^63, a
+  negative time, None, text ...) is dropped and counted (``observations_invalid``), with
+  a warning at most once a minute.
   ``predict`` raises ``LcrInputError`` (a ValueError, one line) for bad keys or ``now``:
   that is a bug at the call site, not an outage. Nothing else raises: the flusher thread
   catches whatever goes wrong in a flush, counts it (``flush_errors``), logs the first
@@ -61,7 +62,7 @@ from typing import Sequence
 import numpy as np
 
 from lcr.errors import LcrInputError
-from lcr.predict.base import Predictor, int64_keys, int64_value
+from lcr.predict.base import INT64_MAX, INT64_MIN, Predictor, int64_keys, int64_value, time_value
 from lcr.predict.http_client import CallFailed, ConnectFailed, ConnectionPool, ConnectTimeout, Endpoint
 from lcr.predict.token import resolve_token
 from lcr.predict.wire import CONTENT_TYPE, decode_predictions, encode_int64, encode_observations
@@ -171,7 +172,9 @@ class RemotePredictor(Predictor):
             raise LcrInputError(f"flush_every must be at least 1, got {flush_every}")
         token = resolve_token(token, token_file)
         self.replicas = [_Replica(u, pool_size) for u in urls]
-        self.ring = HashRing(urls)
+        # Placed by address, not URL text: clients whose URLs differ only in credentials or a
+        # trailing slash must agree on which replica holds a key.
+        self.ring = HashRing([r.endpoint.address for r in self.replicas])
         self.url = ",".join(r.url for r in self.replicas)  # redacted
         self.name = f"remote({self.url})"
         self.deadline_s, self.flush_every, self.retry_after_s = deadline_s, flush_every, retry_after_s
@@ -211,14 +214,16 @@ class RemotePredictor(Predictor):
 
     # -- Predictor -----------------------------------------------------------------------
     def observe(self, key: int, t: int) -> None:
-        """Buffer one access; returns at once. A key or time that is not an int64 value is
-        dropped and counted (``observations_invalid``, a warning at most once a minute):
+        """Buffer one access; returns at once. A key that is not an int64 value, or a time
+        that is not one >= 0, is dropped and counted (``observations_invalid``, a warning at most once a minute):
         the access path never raises for it."""
-        try:
-            key, t = int64_value(key, "key"), int64_value(t, "t")
-        except LcrInputError as err:
-            self._refuse_observation(err)
-            return
+        if not (type(key) is int and type(t) is int  # the hot path: plain ints in range
+                and INT64_MIN <= key <= INT64_MAX and 0 <= t <= INT64_MAX):
+            try:
+                key, t = int64_value(key, "key"), time_value(t, "t")
+            except LcrInputError as err:
+                self._refuse_observation(err)
+                return
         with self._lock:
             self._keys.append(key)
             self._times.append(t)
@@ -244,8 +249,8 @@ class RemotePredictor(Predictor):
     def predict(self, keys: Sequence[int] | np.ndarray, now: int) -> np.ndarray:
         """Predicted next-access times, NaN where a replica did not answer (the cache falls
         back to LRU; counted in ``fallbacks``). Keys that are not int64 values, or a ``now``
-        that is not one, raise ``LcrInputError`` (a ValueError): a bug at the call site."""
-        keys, now = int64_keys(keys), int64_value(now, "now")
+        that is not a time (an int64 value >= 0), raise ``LcrInputError`` (a ValueError): a bug at the call site."""
+        keys, now = int64_keys(keys), time_value(now, "now")
         self._wake.set()  # observations made so far go out now, without delaying this call
         deadline = time.monotonic() + self.deadline_s
         out = np.full(len(keys), np.nan)
