@@ -554,3 +554,24 @@ def test_fuzz_mixed_calls_never_break_the_client(service):
     client.close()
     assert client.metrics["fallbacks"] == 0 and client.metrics["flush_errors"] == 0
     service.wait_observed(before + good[0])
+
+
+@pytest.mark.parametrize("secret", ["s3cr/et", "s3cr#et", "s3cr?et", "s3cr@et", "s3cr%2Fet"])
+def test_a_password_holding_url_delimiters_is_redacted_too(secret, caplog):
+    """A password typed into a URL unencoded may hold '/', '?', '#' or '@': everything up
+    to the last '@' is credentials, never shown, and the client still finds the host."""
+    from lcr.redact import redact_url, url_secrets
+
+    port = free_port()
+    url = f"http://user:{secret}@127.0.0.1:{port}/"
+    assert redact_url(url) == f"http://user:***@127.0.0.1:{port}/"
+    assert secret in url_secrets(url)
+    assert "s3cr" not in redact_url(f"redis://:{secret}@host:6379/0?db=1")
+    with caplog.at_level(logging.DEBUG):
+        client = RemotePredictor(url, deadline_s=0.5)
+        assert client.replicas[0].endpoint.address == f"127.0.0.1:{port}"
+        assert np.isnan(client.predict([1], 0)).all() and client.metrics["fallbacks"] == 1  # nothing listens
+        shown = [client.describe(), repr(client), *(r.getMessage() for r in caplog.records)]
+        client.close()
+    assert any("unavailable" in text for text in shown)
+    assert not any("s3cr" in text for text in shown)

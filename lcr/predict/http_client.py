@@ -24,7 +24,7 @@ import time
 from urllib.parse import urlsplit
 
 from lcr.errors import LcrInputError
-from lcr.redact import redact_url
+from lcr.redact import redact_url, split_credentials
 
 MAX_HEADER_BYTES = 64 << 10
 MAX_ANSWER_BYTES = 256 << 20
@@ -53,7 +53,7 @@ class Endpoint:
         if not isinstance(url, str):
             raise LcrInputError(f"predictor URL must be a string, got {type(url).__name__}")
         shown = redact_url(url)
-        parts = urlsplit(url)
+        parts = urlsplit(split_credentials(url)[1])  # a password may hold '/', '?' or '#' unencoded
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise LcrInputError(f"predictor URL must look like http://host:port, got {shown!r}")
         try:
