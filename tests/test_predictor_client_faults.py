@@ -575,3 +575,54 @@ def test_a_password_holding_url_delimiters_is_redacted_too(secret, caplog):
         client.close()
     assert any("unavailable" in text for text in shown)
     assert not any("s3cr" in text for text in shown)
+
+
+def test_eight_threads_with_one_percent_invalid_lose_nothing_uncounted(service):
+    """8 threads share one client; 1% of their observations are invalid (NaN, None, 2^63).
+    Each invalid one is counted once, every valid one reaches the service."""
+    import itertools
+    import threading
+
+    client = client_of(service, flush_every=4096, max_buffered=10**6)
+    before = service.metrics()["observed"]
+    per_thread, clock, lock = 20_000, iter(ticks(8 * 20_000)), threading.Lock()
+    bad_values = [float("nan"), None, 2**63]
+    invalid = [0] * 8
+
+    def worker(w):
+        rng = np.random.default_rng(w)
+        bad = rng.random(per_thread) < 0.01
+        invalid[w] = int(bad.sum())
+        for i, cycle in zip(range(per_thread), itertools.cycle(bad_values)):
+            with lock:
+                t = next(clock)
+            client.observe(int(rng.integers(0, 5000)), cycle if bad[i] else t)
+
+    threads = [threading.Thread(target=worker, args=(w,)) for w in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    client.close()
+    valid = 8 * per_thread - sum(invalid)
+    assert sum(invalid) > 0 and client.metrics["observations_invalid"] == sum(invalid)
+    assert client.metrics["sent_observations"] == valid and client.metrics["dropped_observations"] == 0
+    service.wait_observed(before + valid)
+
+
+def test_observations_after_close_are_dropped_and_counted(service):
+    client = client_of(service)
+    client.observe(1, ticks(1)[0])
+    client.close()
+    assert client.metrics["sent_observations"] == 1
+    client.observe(2, ticks(1)[0])  # nothing would ever send it: counted, not kept
+    assert client.metrics["dropped_observations"] == 1 and not client._keys
+
+
+def test_what_close_cannot_send_is_counted(fake):
+    client = RemotePredictor(fake.url, deadline_s=1.0, flush_interval_s=60)
+    fake.app.mode = "busy"  # a busy replica's batch goes back to the buffer ...
+    for t in range(5):
+        client.observe(t, t)
+    client.close()  # ... and close, the last flush, leaves it there: dropped, counted
+    assert client.metrics["dropped_observations"] == 5 and client.metrics["sent_observations"] == 0

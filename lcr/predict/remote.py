@@ -225,6 +225,9 @@ class RemotePredictor(Predictor):
                 self._refuse_observation(err)
                 return
         with self._lock:
+            if self._closed:  # no flusher left to send it
+                self.metrics["dropped_observations"] += 1
+                return
             self._keys.append(key)
             self._times.append(t)
             overflow = len(self._keys) - self.max_buffered
@@ -344,11 +347,17 @@ class RemotePredictor(Predictor):
         return ok and bool(self._live().any())
 
     def close(self) -> None:
-        """Send what is buffered, stop the flusher, close the connections."""
-        self._closed = True
+        """Send what is buffered (what no replica takes is dropped and counted), stop the
+        flusher, close the connections. Later observations are dropped and counted;
+        ``predict`` still works (on new connections)."""
+        with self._lock:
+            self._closed = True
         self._wake.set()
         self._flusher.join(self.observe_deadline_s + 1)
         self.flush()
+        with self._lock:  # what a busy replica handed back has no later flush to go out with
+            self.metrics["dropped_observations"] += len(self._keys)
+            self._keys, self._times = [], []
         for replica in self.replicas:
             replica.pool.close()
 
