@@ -66,7 +66,6 @@ from lcr.predict.base import INT64_MAX, INT64_MIN, Predictor, int64_keys, int64_
 from lcr.predict.http_client import CallFailed, ConnectFailed, ConnectionPool, ConnectTimeout, Endpoint
 from lcr.predict.token import resolve_token
 from lcr.predict.wire import CONTENT_TYPE, decode_predictions, encode_int64, encode_observations
-from lcr.redact import redact_url
 
 log = logging.getLogger(__name__)
 
@@ -252,7 +251,8 @@ class RemotePredictor(Predictor):
     def predict(self, keys: Sequence[int] | np.ndarray, now: int) -> np.ndarray:
         """Predicted next-access times, NaN where a replica did not answer (the cache falls
         back to LRU; counted in ``fallbacks``). Keys that are not int64 values, or a ``now``
-        that is not a time (an int64 value >= 0), raise ``LcrInputError`` (a ValueError): a bug at the call site."""
+        that is not a time (an int64 value >= 0), raise ``LcrInputError`` (a ValueError):
+        a bug at the call site, not an outage."""
         keys, now = int64_keys(keys), time_value(now, "now")
         self._wake.set()  # observations made so far go out now, without delaying this call
         deadline = time.monotonic() + self.deadline_s
