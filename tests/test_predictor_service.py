@@ -304,9 +304,11 @@ def test_times_are_clamped_to_the_newest_and_bad_ones_dropped():
         wait_observed(server, 3)
         metrics = get_json(server.url + "/metrics")
         assert metrics["times_clamped"] == 1 and metrics["times_rejected"] == 2
-        # Key 1's second access (sent as t=100) was clamped to 600: its time never goes back;
-        # keys 3 (t < 0) and 4 (too far ahead) were never taken in.
-        np.testing.assert_array_equal(latest_times(server, [1, 2, 3, 4]), [600, 600, np.nan, np.nan])
+        # Key 1's second access (sent as t=100, within max_time_jump of the clock) was taken at
+        # key 1's own latest, 500: a key's time never goes back, and other keys' times are not
+        # dragged to the newest (lcr.predict.clock); keys 3 (t < 0) and 4 (too far ahead) were
+        # never taken in.
+        np.testing.assert_array_equal(latest_times(server, [1, 2, 3, 4]), [500, 600, np.nan, np.nan])
 
 
 def test_wrong_content_type_is_refused():

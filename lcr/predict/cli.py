@@ -1,21 +1,40 @@
-"""`lcr serve-predictor`: run the shared LightGBM predictor service."""
+"""`lcr serve-predictor`: run the shared LightGBM predictor service.
+
+Startup problems are one line naming the flag, exit 2, before anything starts: the
+token (``--token``, ``--token-file`` or ``$LCR_PREDICTOR_TOKEN``; empty is an error, not
+"no token"), the TLS files (loaded once here), and the address (the socket is bound here
+and handed to uvicorn, so a port in use or a host that does not resolve is reported here).
+"""
 from __future__ import annotations
 
+import errno
 import math
 import os
+import socket
+import sys
 
 from lcr.errors import LcrInputError
+
+TOKEN_ENV = "LCR_PREDICTOR_TOKEN"
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "serve-predictor", help="serve a shared online LightGBM predictor over HTTP",
         description="Serve observe/predict/train/health/metrics for caches in other processes. "
-                    "Binds loopback unless told otherwise; set a token and TLS before binding elsewhere.")
+                    "Binds loopback unless told otherwise; set a token and TLS before binding elsewhere. "
+                    f"The token comes from --token-file PATH or ${TOKEN_ENV} (or --token, which every "
+                    "local user sees in ps: it warns); an empty token is an error, not 'no token'.")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8765)
-    p.add_argument("--token", default=os.environ.get("LCR_PREDICTOR_TOKEN"),
-                   help="require 'Authorization: Bearer TOKEN' (default: $LCR_PREDICTOR_TOKEN)")
+    p.add_argument("--token-file", metavar="PATH",
+                   help="require 'Authorization: Bearer TOKEN', TOKEN read from this file (surrounding "
+                        f"whitespace dropped); or set ${TOKEN_ENV}")
+    p.add_argument("--token", help=f"the token on the command line (prefer --token-file or ${TOKEN_ENV}: "
+                                   "a command line is visible to every local user)")
+    p.add_argument("--max-time-jump", type=int, default=None, metavar="N",
+                   help="refuse times more than N past the service's clock, so one client cannot drag it "
+                        "(default 65536: access counters; raise it for timestamps with longer gaps)")
     p.add_argument("--features", choices=("full", "compact"), default="full")
     p.add_argument("--weak", action="store_true", help="the one-tree, one-feature robustness model")
     p.add_argument("--objective", choices=("regression", "belady"), default="regression",
@@ -51,6 +70,10 @@ def _positive_seconds(flag: str, value: float) -> None:
 def limits_from_args(args):
     from lcr.predict.service import ServiceLimits
 
+    jump = {}
+    if args.max_time_jump is not None:
+        _at_least("--max-time-jump", args.max_time_jump, 1)
+        jump = {"max_time_jump": args.max_time_jump}
     if not (math.isfinite(args.max_body_mb) and 0 < args.max_body_mb <= 1024):
         raise LcrInputError(f"--max-body-mb must lie in (0, 1024], got {args.max_body_mb}")
     _at_least("--max-keys", args.max_keys, 1)
@@ -60,7 +83,7 @@ def limits_from_args(args):
     body = int(args.max_body_mb * (1 << 20))
     return ServiceLimits(max_body_bytes=body, max_queued=args.max_queued, max_queued_bytes=4 * body,
                          max_keys=args.max_keys, header_timeout_s=args.header_timeout,
-                         body_timeout_s=args.body_timeout)
+                         body_timeout_s=args.body_timeout, **jump)
 
 
 def service_model_config(args):
@@ -77,28 +100,100 @@ def service_model_config(args):
                           retrain_every=args.retrain_every, window=args.window, background=True, **rank)
 
 
+def resolve_token(args) -> "str | None":
+    """The bearer token: from --token-file, $LCR_PREDICTOR_TOKEN or --token (one of them);
+    None when none is given. Empty, or not printable ASCII, is an error naming the source."""
+    if args.token is not None and args.token_file is not None:
+        raise LcrInputError("give --token or --token-file, not both")
+    if args.token_file is not None:
+        source = "--token-file"
+        try:
+            with open(args.token_file, encoding="utf-8") as handle:
+                token = handle.read(4096).strip()
+        except (OSError, UnicodeDecodeError) as err:
+            raise LcrInputError(f"--token-file: cannot read it ({getattr(err, 'strerror', None) or err})",
+                                source=args.token_file) from None
+    elif args.token is not None:
+        source, token = "--token", args.token
+        print("lcr serve-predictor: warning: --token on the command line is visible to other local users "
+              f"(ps); prefer --token-file PATH or ${TOKEN_ENV}", flush=True)
+    elif TOKEN_ENV in os.environ:
+        source, token = f"${TOKEN_ENV}", os.environ[TOKEN_ENV]
+    else:
+        return None
+    if not token.strip():
+        raise LcrInputError(f"{source}: the token is empty; give a token, or none at all (loopback only)")
+    if not all("!" <= ch <= "~" for ch in token):
+        raise LcrInputError(f"{source}: the token must be printable ASCII without spaces "
+                            "(it travels in an HTTP header)")
+    return token
+
+
+def check_tls(certfile: "str | None", keyfile: "str | None") -> None:
+    """Load the certificate and key once now, so a bad one is one line, not a traceback."""
+    import ssl
+
+    if bool(certfile) != bool(keyfile):
+        raise LcrInputError("--ssl-certfile and --ssl-keyfile go together")
+    if not certfile:
+        return
+    for flag, path in (("--ssl-certfile", certfile), ("--ssl-keyfile", keyfile)):
+        if not os.path.isfile(path):
+            raise LcrInputError(f"{flag}: no such file", source=path)
+    try:  # a password callback: an encrypted key fails here instead of prompting
+        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(certfile, keyfile, password=lambda: b"")
+    except (ssl.SSLError, OSError) as err:
+        reason = getattr(err, "reason", None) or getattr(err, "strerror", None) or str(err)
+        raise LcrInputError(f"--ssl-certfile/--ssl-keyfile: cannot load {certfile} with {keyfile} as a "
+                            f"certificate and its unencrypted private key ({reason})") from None
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """The listening socket (as uvicorn would make it), or one line naming the flag."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(2048)
+    except socket.gaierror as err:
+        sock.close()
+        raise LcrInputError(f"--host {host!r}: cannot resolve it ({err.strerror})") from None
+    except OSError as err:
+        sock.close()
+        if err.errno == errno.EADDRINUSE:
+            raise LcrInputError(f"--port {port}: address already in use on {host}") from None
+        if err.errno == errno.EACCES:
+            raise LcrInputError(f"--port {port}: permission denied (ports below 1024 need privileges)") from None
+        raise LcrInputError(f"--host {host!r} --port {port}: cannot listen there ({err.strerror or err})") from None
+    sock.set_inheritable(True)
+    return sock
+
+
 def run(args) -> int:
     if not 0 < args.port < 65536:
         raise LcrInputError(f"--port {args.port} is not a TCP port")
     _at_least("--retrain-every", args.retrain_every, 1)
     _at_least("--window", args.window, 2)  # labels need an access and a later one
-    if bool(args.ssl_certfile) != bool(args.ssl_keyfile):
-        raise LcrInputError("--ssl-certfile and --ssl-keyfile go together")
-    for flag, path in (("--ssl-certfile", args.ssl_certfile), ("--ssl-keyfile", args.ssl_keyfile)):
-        if path and not os.path.isfile(path):
-            raise LcrInputError(f"{flag}: no such file", source=path)
+    token = resolve_token(args)
+    check_tls(args.ssl_certfile, args.ssl_keyfile)
     limits = limits_from_args(args)
     config = service_model_config(args)
 
     from lcr.predict.service import bind_warning, create_app, require_service_deps, server_config
 
     _, uvicorn = require_service_deps()
-    warning = bind_warning(args.host, args.token, tls=bool(args.ssl_certfile))
+    warning = bind_warning(args.host, token, tls=bool(args.ssl_certfile))
     if warning:
         print(f"lcr serve-predictor: warning: {warning}", flush=True)
-    app = create_app(config, token=args.token, limits=limits)  # the model runs in its own process
+    listener = bind(args.host, args.port)  # before the model process starts: errors are one line
+    app = create_app(config, token=token, limits=limits)  # the model runs in its own process
     tls = {"ssl_certfile": args.ssl_certfile, "ssl_keyfile": args.ssl_keyfile} if args.ssl_certfile else {}
-    uvicorn.Server(server_config(app, args.host, args.port, **tls)).run()
+    server = uvicorn.Server(server_config(app, args.host, args.port, **tls))
+    server.run(sockets=[listener])
+    if not server.started:  # e.g. the model process could not build the model
+        print(f"lcr serve-predictor: error: the service did not start: {app.model.exited}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -29,10 +29,25 @@ seen, the answer is NaN ("unknown"), which the policies rank like LRU would.
 
 ``weak=True`` is the deliberately poor model of the paper's robustness experiment: one
 tree over one feature (the key id), so its ranking carries almost no information.
+
+Times (``lcr.predict.clock``, the one rule the service's model process applies too):
+every access is stamped by the model's ``StreamClock`` (negative times and times more
+than ``max_time_jump`` past the newest are refused; times far behind it are taken at it),
+and a key's time never goes back: an access stamped before the key's latest is taken at
+that latest (``times_clamped``). So no interval, decay or label is ever negative, however
+the accesses of several threads or clients interleave.
+
+Thread-safe: several threads may observe, predict and fit at once. Observers take turns
+(``_observe_lock``: each access is stamped and recorded in one step, in stamp order);
+the state they share with predictions and fits (features, histories, memo) is guarded by
+``_lock``, held per access, so a prediction never waits for a whole batch; one fit runs
+at a time (``_fit_lock``).
 """
 from __future__ import annotations
 
 import logging
+import math
+import numbers
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -44,6 +59,7 @@ import numpy as np
 from lcr.errors import LcrInputError
 from lcr.predict.base import Predictor
 from lcr.predict.boundary import belady_boundary
+from lcr.predict.clock import DEFAULT_CLOCK_RESTART_S, DEFAULT_MAX_TIME_JUMP, StreamClock, as_int64, as_times
 from lcr.predict.features import FeatureConfig, FeatureStore
 from lcr.predict.forest import BoosterMean, compile_booster
 from lcr.predict.labels import SampledHistory
@@ -92,6 +108,10 @@ class LightGBMConfig:
     weak: bool = False
     # Memoise each key's prediction until its features or the model change.
     cache_predictions: bool = True
+    # The clock's rule (lcr.predict.clock): the longest step ahead a time may take, and how
+    # long the stream must move nothing before the clock restarts from it.
+    max_time_jump: int = DEFAULT_MAX_TIME_JUMP
+    clock_restart_s: float = DEFAULT_CLOCK_RESTART_S
 
     def __post_init__(self):
         for name in ("retrain_every", "window", "min_samples", "num_trees", "num_leaves", "num_threads"):
@@ -188,34 +208,112 @@ class LightGBMPredictor(Predictor):
         self.histories = [SampledHistory(c.window, self.features.width, c.seed) for _ in range(members)]
         self.history = self.histories[0]
         self._model: _Model | None = None
-        self._lock = threading.Lock()  # guards features, history and the prediction memo
+        self._lock = threading.Lock()  # guards features, histories, the prediction memo and metrics
+        self._observe_lock = threading.Lock()  # observers take turns: stamp and record in one step
+        self._fit_lock = threading.Lock()  # one fit at a time
+        self._trainer_lock = threading.Lock()  # starting a background fit
         self._trainer: threading.Thread | None = None
         self._since_fit = 0
         self._now = 0.0
         # Per-slot predicted interval under the current model; NaN = to be computed.
         self._memo = np.full(self.features.capacity, np.nan)
+        #: Stamps every access (``lcr.predict.clock``); the service's host replaces it with
+        #: one built from its limits.
+        self.clock = StreamClock(c.max_time_jump, c.clock_restart_s)
         self.metrics = {"observed": 0, "fits": 0, "fits_skipped_busy": 0, "last_fit_seconds": 0.0,
-                        "last_fit_samples": 0, "predicted_keys": 0}
+                        "last_fit_samples": 0, "predicted_keys": 0, "times_clamped": 0, "clock_state_forgotten": 0}
 
     # -- access path -------------------------------------------------------------------
     def observe(self, key: int, t: int, static: Sequence[float] | None = None) -> None:
+        """Record an access. ``key`` and ``t`` are integers (TypeError/LcrInputError
+        otherwise); a time the clock refuses (negative, or too far ahead) raises
+        LcrInputError and changes nothing but the clock's counters."""
+        key, t = as_int64(key, "key"), as_int64(t, "time")
+        if static is not None:
+            static = self._checked_static(static)
+        with self._observe_lock:
+            clock = self.clock
+            restarts = clock.counters["clock_restarts"]
+            stamped = clock.stamp(t)
+            if stamped is None:  # refused: the clock did not move
+                raise LcrInputError(self._refusal(t))
+            if clock.counters["clock_restarts"] != restarts:
+                self._forget_the_old_clock()
+            self._record(key, stamped, static)
+
+    def observe_many(self, keys: np.ndarray, times: np.ndarray) -> dict:
+        """Record a batch in order. Times the clock refuses are dropped and counted
+        (``metrics``: ``times_negative``, ``times_ahead``); returns how many were taken and
+        refused. Bad arrays (shape, dtype, lengths) raise before anything is recorded."""
+        keys, times = validate_keys(keys), as_times(times)
+        if len(keys) != len(times):
+            raise LcrInputError(f"observations need as many times as keys, got {len(keys)} keys and "
+                                f"{len(times)} times")
+        with self._observe_lock:
+            taken = self.clock.order(times)
+            if taken.restarted:
+                self._forget_the_old_clock()
+            for key, t in zip(keys[taken.mask].tolist(), taken.times.tolist()):
+                self._record(key, t, None)
+        return {"observed": len(taken.times), "refused": len(keys) - len(taken.times)}
+
+    def _record(self, key: int, t: int, static) -> None:
+        """Take one stamped access in (observe lock held); fit when one is due."""
         with self._lock:
+            if t < self._now and key in self.features:  # behind the newest: maybe behind the key's latest
+                latest = self.features.last_times_by_slot[self.features.slot_of(key)]
+                if t < latest:  # a key's time never goes back
+                    t = int(latest)
+                    self.metrics["times_clamped"] += 1
             row = self.features.update(key, t, static)
             for history in self.histories:
                 history.observe(key, t, row)
             slot = self.features.slot_of(key)
             if slot < len(self._memo):
                 self._memo[slot] = np.nan
-            self._now = t
-        self.metrics["observed"] += 1
-        self._since_fit += 1
-        if self._since_fit >= self.config.retrain_every and len(self.history) >= self.config.min_samples:
-            self._since_fit = 0
+            if t > self._now:  # the newest time recorded: what is ripe is judged from it
+                self._now = t
+            self.metrics["observed"] += 1
+            self._since_fit += 1
+            due = self._since_fit >= self.config.retrain_every and len(self.history) >= self.config.min_samples
+            if due:
+                self._since_fit = 0
+        if due:
             self.fit_async() if self.config.background else self.fit()
 
-    def observe_many(self, keys: np.ndarray, times: np.ndarray) -> None:
-        for key, t in zip(np.asarray(keys).tolist(), np.asarray(times).tolist()):
-            self.observe(key, t)
+    def _checked_static(self, static):
+        """Static metadata as floats, checked before anything is recorded."""
+        try:
+            values = np.asarray(static, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise TypeError(f"static metadata must be numbers, got {static!r:.60}") from None
+        fields = self.config.features.static_fields if self.config.features.mode == "full" else None
+        if values.ndim != 1 or (fields is not None and len(values) != len(fields)):
+            raise LcrInputError(f"static metadata: expected {len(fields or ())} values "
+                                f"({', '.join(fields or ()) or 'none configured'}), got {values.shape}")
+        return values
+
+    def _refusal(self, t: int) -> str:
+        if t < 0:
+            return f"time {t} is negative; times are access counters or timestamps >= 0"
+        return (f"time {t} is more than max_time_jump={self.clock.max_jump} past the clock ({self.clock.now}); "
+                "refused so that one wrong time cannot drag the clock")
+
+    def _forget_the_old_clock(self) -> None:
+        """The clock restarted: per-key state and samples hold the old clock's times.
+        The fitted model stays (its features are intervals, not times)."""
+        c = self.config
+        with self._lock:
+            forgotten = len(self.features)
+            self.features = FeatureStore(c.features)
+            self.histories = [SampledHistory(c.window, self.features.width, c.seed) for _ in self.histories]
+            self.history = self.histories[0]
+            self._memo = np.full(self.features.capacity, np.nan)
+            self._since_fit, self._now = 0, 0
+            self.metrics["clock_state_forgotten"] += forgotten
+        log.warning("the access clock restarted: for %g s no time moved it though accesses kept coming (a "
+                    "client's clock restarted?); forgot the per-key state of %d keys", self.clock.restart_after_s,
+                    forgotten)
 
     # -- training ------------------------------------------------------------------------
     @property
@@ -268,26 +366,33 @@ class LightGBMPredictor(Predictor):
 
     def fit(self) -> bool:
         """Fit on the ripe samples now and swap the model in; False if too few are ripe."""
-        with self._lock:
-            sets = self.training_sets()
-        if sets is None:
-            return False
-        self._fit_on(sets)
-        return True
+        with self._fit_lock:
+            with self._lock:
+                sets = self.training_sets()
+            if sets is None:
+                return False
+            self._fit_on(sets)
+            return True
 
     def fit_async(self) -> bool:
         """Start a fit on a background thread unless one is running; True if started."""
-        if self._trainer is not None and self._trainer.is_alive():
-            self.metrics["fits_skipped_busy"] += 1
-            return False
-        with self._lock:
-            sets = self.training_sets()
-        if sets is None:
-            return False
-        self._trainer = threading.Thread(target=self._fit_on, args=(sets,), name="lcr-lightgbm-fit",
-                                         daemon=True)
-        self._trainer.start()
-        return True
+        with self._trainer_lock:
+            if self._trainer is not None and self._trainer.is_alive():
+                with self._lock:
+                    self.metrics["fits_skipped_busy"] += 1
+                return False
+            with self._lock:
+                sets = self.training_sets()
+            if sets is None:
+                return False
+            self._trainer = threading.Thread(target=self._fit_alone, args=(sets,), name="lcr-lightgbm-fit",
+                                             daemon=True)
+            self._trainer.start()
+            return True
+
+    def _fit_alone(self, sets) -> None:
+        with self._fit_lock:
+            self._fit_on(sets)
 
     def wait_for_fit(self, timeout: float | None = None) -> None:
         trainer = self._trainer
@@ -297,7 +402,8 @@ class LightGBMPredictor(Predictor):
     def fit_arrays(self, X: np.ndarray, y: np.ndarray, boundary: float = 1.0) -> None:
         """Fit one model (not a mix) on given rows and labels (log1p intervals, or 0/1
         beyond the boundary)."""
-        self._fit_on([(np.asarray(X, dtype=np.float64), np.asarray(y, dtype=np.float64), boundary)])
+        with self._fit_lock:
+            self._fit_on([(np.asarray(X, dtype=np.float64), np.asarray(y, dtype=np.float64), boundary)])
 
     def _fit_on(self, sets: list[tuple[np.ndarray, np.ndarray, float]]) -> None:
         """Fit one booster per ``(X, y, boundary)`` (their mean, if several) and swap it in;
@@ -329,19 +435,23 @@ class LightGBMPredictor(Predictor):
             self._model = _Model(booster, columns, self.model_version + 1, forest, c.objective, c.rank,
                                  boundary, c.target, c.horizon_factor)
             self._memo = np.full(self.features.capacity, np.nan)
-        self.metrics["boundary"] = boundary
-        self.metrics["fits"] += 1
-        self.metrics["last_fit_seconds"] = time.perf_counter() - start
-        self.metrics["last_fit_samples"] = sum(len(y) for _, y, _ in sets)
+            self.metrics["boundary"] = boundary
+            self.metrics["fits"] += 1
+            self.metrics["last_fit_seconds"] = time.perf_counter() - start
+            self.metrics["last_fit_samples"] = sum(len(y) for _, y, _ in sets)
 
     # -- prediction ----------------------------------------------------------------------
     def predict(self, keys: Sequence[int] | np.ndarray, now: int) -> np.ndarray:
+        """Predicted next-access times of ``keys`` (NaN: unknown). ``now`` must be a finite
+        number (answers do not depend on it: they follow from each key's latest access)."""
         keys = validate_keys(keys)
+        check_now(now)
         out = np.full(len(keys), np.nan)
         model = self._model
         if model is None or len(keys) == 0:
             return out
-        self.metrics["predicted_keys"] += len(keys)
+        with self._lock:
+            self.metrics["predicted_keys"] += len(keys)
         if self.config.cache_predictions:
             return self._predict_memoised(keys, model, out)
         with self._lock:
@@ -398,19 +508,21 @@ class LightGBMPredictor(Predictor):
 
 
 def validate_keys(keys) -> np.ndarray:
-    """Keys as a 1-D int64 array; a clear error for anything else (2-D, NaN, floats)."""
-    array = np.asarray(keys)
-    if array.ndim != 1:
-        raise LcrInputError(f"keys must be a 1-D sequence of integers, got shape {array.shape}")
-    if array.size and array.dtype.kind not in "iu":
-        if array.dtype.kind == "f":
-            if np.isnan(array).any():
-                raise LcrInputError("keys contain NaN; keys must be integers")
-            if not np.all(np.mod(array, 1) == 0):
-                raise LcrInputError("keys must be integers, got fractional values")
-        else:
-            raise LcrInputError(f"keys must be integers, got dtype {array.dtype}")
-    return array.astype(np.int64, copy=False)
+    """Keys as a 1-D int64 array; a clear error for anything else (2-D, NaN, fractions,
+    other dtypes, values beyond int64): the one rule, ``lcr.predict.clock.as_times``."""
+    return as_times(keys, "keys")
 
 
-__all__ = ["LightGBMConfig", "LightGBMPredictor", "validate_keys"]
+def check_now(now) -> None:
+    """``now`` of a prediction: a finite number (TypeError/LcrInputError otherwise)."""
+    if isinstance(now, (str, bytes)) or not isinstance(now, numbers.Real):
+        raise TypeError(f"now must be a number, got {type(now).__name__}")
+    try:
+        finite = math.isfinite(now)
+    except OverflowError:  # an int beyond any float
+        finite = False
+    if not finite:
+        raise LcrInputError(f"now must be a finite number, got {now!r:.40}")
+
+
+__all__ = ["LightGBMConfig", "LightGBMPredictor", "check_now", "validate_keys"]

@@ -39,6 +39,7 @@ from typing import Callable
 import numpy as np
 
 from lcr.errors import LcrInputError
+from lcr.predict.clock import StreamClock
 from lcr.predict.wire import INT64, decode_keys, decode_observations, encode_float64
 
 log = logging.getLogger(__name__)
@@ -55,7 +56,10 @@ ModelFactory = Callable[[], "LightGBMPredictor"]  # noqa: F821 - picklable, call
 
 
 class ModelHost:
-    """The model and the rules around it (time order, key cap, one fit at a time).
+    """The model and the rules the service adds around it: the clock's bounds from the
+    service's limits, the key cap, one fit at a time. The time rule itself is the model's
+    (``LightGBMPredictor.observe_many``, ``lcr.predict.clock``), the same in process and
+    behind the service.
 
     ``observe``/``train`` must run on one thread (the observe lane); ``predict`` may run
     concurrently with them: ``LightGBMPredictor`` guards its state with a lock.
@@ -63,37 +67,21 @@ class ModelHost:
 
     def __init__(self, model, limits):
         self.model, self.limits = model, limits
-        self.newest: int | None = None  # newest accepted time
-        self.counters = {"times_clamped": 0, "times_rejected": 0, "keys_evicted": 0}
+        model.clock = StreamClock(limits.max_time_jump, limits.clock_restart_s)
+        self.counters = {"keys_evicted": 0}
 
     def observe(self, keys: np.ndarray, times: np.ndarray, progress=lambda done: None) -> dict:
-        keys, times, clamped, rejected = self._order_times(keys, times)
         limit = self.limits.max_keys
         keep = int(limit * (1 - self.limits.evict_fraction))
         step = min(max(limit - keep, 1), SLICE)  # a large batch is capped as it goes, not only at its end
-        for begin in range(0, len(keys), step):
-            self.model.observe_many(keys[begin:begin + step], times[begin:begin + step])
-            self.counters["keys_evicted"] += self.model.forget_least_recent(limit, keep)
-            progress(begin + step)
-        return {"observed": len(keys), "clamped": clamped, "rejected": rejected}
-
-    def _order_times(self, keys, times):
-        """Drop negative and far-future times; clamp the others to a running maximum."""
-        ok = times >= 0
-        newest = self.newest
-        if newest is None:  # the first batch: the jump is measured from its earliest time
-            newest = int(times[ok].min()) if ok.any() else 0
-        ok &= times - newest <= self.limits.max_time_jump
-        keys, times = keys[ok], times[ok]
-        rejected = int(len(ok) - len(keys))
-        start = self.newest if self.newest is not None else newest
-        ordered = np.maximum.accumulate(np.concatenate([[start], times]))[1:] if len(times) else times
-        clamped = int(np.count_nonzero(ordered != times))
-        if len(ordered):
-            self.newest = int(ordered[-1])
-        self.counters["times_clamped"] += clamped
-        self.counters["times_rejected"] += rejected
-        return keys, ordered, clamped, rejected
+        refused = self.model.clock.refused
+        with self.model.clock.batch():  # one request is one batch to the clock's restart rule
+            for begin in range(0, len(keys), step):
+                self.model.observe_many(keys[begin:begin + step], times[begin:begin + step])
+                self.counters["keys_evicted"] += self.model.forget_least_recent(limit, keep)
+                progress(begin + step)
+        refused = self.model.clock.refused - refused
+        return {"observed": len(keys) - refused, "refused": refused}
 
     def train(self) -> dict:
         self.model.wait_for_fit()  # a background fit started by observe finishes first
@@ -104,8 +92,9 @@ class ModelHost:
         return encode_float64(self.model.predict(keys, now))
 
     def status(self) -> dict:
-        model = self.model
-        return {**dict(model.metrics), **self.counters, "model_version": model.model_version,
+        model, clock = self.model, self.model.clock
+        return {**dict(model.metrics), **clock.counters, **self.counters, "times_rejected": clock.refused,
+                "clock": clock.now, "max_time_jump": clock.max_jump, "model_version": model.model_version,
                 "keys": len(model.features), "model_pid": os.getpid()}
 
 

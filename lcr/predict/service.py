@@ -25,17 +25,28 @@ Protection (every limit in ``ServiceLimits``):
   batches its observations keeps up instead of losing them.
 - Per-key state is capped (``max_keys``): past the cap the least recently seen keys are
   forgotten in one sweep (counted in ``keys_evicted``).
-- Times: a time earlier than the newest one seen is clamped up to it (``times_clamped``),
-  so every key's history and the training window stay in time order; a negative time
-  or one more than ``max_time_jump`` past the newest is dropped (``times_rejected``).
+- Times follow the model's one rule (``lcr.predict.clock``), with the bounds set here:
+  negative times and times more than ``max_time_jump`` (65,536) past the service's
+  clock are dropped and counted (``times_negative``, ``times_ahead``, their sum
+  ``times_rejected``), so one client cannot drag the clock that every client's
+  predictions hang on; times far behind it are taken at it (``times_behind``); a key's
+  time never goes back (``times_clamped``); when nothing has moved the clock for
+  ``clock_restart_s`` (a restarted client clock), it restarts from the stream
+  (``clock_restarts``). ``/metrics`` shows the clock (``clock``).
 - Slow clients: request headers must arrive within ``header_timeout_s`` and the body
   within ``body_timeout_s`` (408); idle keep-alive connections close after
-  ``keep_alive_s``; beyond ``max_connections`` uvicorn answers 503.
-- Bodies must be ``application/octet-stream`` (415) and at most ``max_body_bytes`` (413);
-  malformed ones get 400 with ``{"detail": message}``; a missing or wrong bearer token
-  (when one is set) gets 401.
-- If the model process dies, ``/health`` answers 503 (a supervisor restarts the
-  service) and model requests 503 (clients fall back to LRU).
+  ``keep_alive_s``; beyond ``max_connections`` open connections a request gets 503.
+- Strict input, refused where it enters, counted (``rejected_requests``, and per status in
+  ``rejected_by_status``), never reaching the model: bodies must be
+  ``application/octet-stream`` (415) and at most ``max_body_bytes`` (413); malformed
+  bodies and Content-Length headers get 400; ``now`` must be an integer time in
+  [0, 2^63) (422); a missing or wrong bearer token (when one is set) gets 401. Every
+  error is ``{"detail": one line}`` as JSON, HTTP the server cannot parse included.
+- Every 503 carries ``X-LCR-Reason``: ``busy`` (admission or connections full: retry
+  later, ``Retry-After: 1``) or ``model-down`` (the model process died: only a restart
+  of the service helps). If the model process dies, ``/health`` answers 503
+  ``model-down`` too (a supervisor restarts the service) and model requests 503
+  (clients fall back to LRU).
 """
 from __future__ import annotations
 
@@ -53,6 +64,7 @@ from dataclasses import dataclass
 from urllib.parse import parse_qs
 
 from lcr.errors import LcrInputError
+from lcr.predict.clock import DEFAULT_CLOCK_RESTART_S, DEFAULT_MAX_TIME_JUMP
 from lcr.predict.lightgbm_model import LightGBMConfig, LightGBMPredictor
 from lcr.predict.model_process import (OBSERVE, PREDICT, TRAIN, ModelFailed, ModelGone, ModelHost,
                                        ModelProcess)
@@ -72,7 +84,8 @@ class ServiceLimits:
     admission_wait_s: float = 1.0          # longest an observe waits for room before 503
     max_keys: int = 1_000_000              # per-key feature rows kept
     evict_fraction: float = 0.125          # share of max_keys forgotten per sweep
-    max_time_jump: int = 1 << 50           # newest time + this is the latest time accepted
+    max_time_jump: int = DEFAULT_MAX_TIME_JUMP   # the clock's step bound (lcr.predict.clock)
+    clock_restart_s: float = DEFAULT_CLOCK_RESTART_S  # nothing moved the clock this long: it restarts
     header_timeout_s: float = 10.0
     body_timeout_s: float = 30.0
     keep_alive_s: float = 5.0
@@ -81,10 +94,11 @@ class ServiceLimits:
     def __post_init__(self):
         for name in ("max_body_bytes", "max_queued", "max_queued_bytes", "max_keys", "max_time_jump",
                      "max_connections"):
-            if getattr(self, name) < 1:
-                raise LcrInputError(f"service limit {name} must be at least 1, got {getattr(self, name)}")
-        for name in ("header_timeout_s", "body_timeout_s", "keep_alive_s"):
-            if not getattr(self, name) > 0:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise LcrInputError(f"service limit {name} must be an integer >= 1, got {value!r}")
+        for name in ("header_timeout_s", "body_timeout_s", "keep_alive_s", "clock_restart_s"):
+            if not 0 < getattr(self, name) < float("inf"):
                 raise LcrInputError(f"service limit {name} must be > 0, got {getattr(self, name)}")
         if not self.admission_wait_s >= 0:
             raise LcrInputError(f"service limit admission_wait_s must be >= 0, got {self.admission_wait_s}")
@@ -203,10 +217,22 @@ class _ClientGone(Exception):
 
 
 JSON = b"application/json"
+BUSY = ((b"x-lcr-reason", b"busy"), (b"retry-after", b"1"))  # full now: retry later
+MODEL_DOWN = ((b"x-lcr-reason", b"model-down"),)  # the model process died: only a restart helps
 
 
 def _json(value) -> bytes:
     return json.dumps(value, separators=(",", ":")).encode()
+
+
+def _error_body(detail: str) -> bytes:
+    return _json({"detail": " ".join(str(detail).split())})  # one line, whatever the message
+
+
+async def _send(send, status: int, body: bytes, kind: bytes = JSON, headers: tuple = ()) -> None:
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", kind), (b"content-length", str(len(body)).encode()), *headers]})
+    await send({"type": "http.response.body", "body": body})
 
 
 class ServiceApp:
@@ -224,7 +250,8 @@ class ServiceApp:
         self.backlog = _Backlog(limits.max_queued_bytes, limits.max_queued, limits.admission_wait_s)
         self.started = time.time()
         self.counters = {"observe_requests": 0, "predict_requests": 0, "rejected_requests": 0,
-                         "busy_requests": 0, "model_errors": 0}
+                         "busy_requests": 0, "model_down_requests": 0, "model_errors": 0}
+        self.rejected_by_status: dict[str, int] = {}
         # path -> (method, handler, needs the token)
         self.routes = {"/observe": ("POST", self.observe, True), "/predict": ("POST", self.predict, True),
                        "/train": ("POST", self.train, True), "/health": ("GET", self.health, False),
@@ -242,15 +269,23 @@ class ServiceApp:
         except _ClientGone:
             return
         except HttpError as err:
-            if err.status not in (404, 405, 503):
-                self.counters["rejected_requests"] += 1
-            status, body, kind, headers = err.status, _json({"detail": err.detail}), JSON, err.headers
+            if err.status < 500:
+                self.count_rejected(err.status)
+            status, body, kind, headers = err.status, _error_body(err.detail), JSON, err.headers
         except Exception:
             log.exception("predictor service request failed")
             status, body, kind, headers = 500, b'{"detail": "internal error"}', JSON, ()
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [(b"content-type", kind), (b"content-length", str(len(body)).encode()), *headers]})
-        await send({"type": "http.response.body", "body": body})
+        await _send(send, status, body, kind, headers)
+
+    def count_rejected(self, status: int) -> None:
+        if status not in (404, 405):  # a wrong route is not bad input to the model
+            self.counters["rejected_requests"] += 1
+        self.rejected_by_status[str(status)] = self.rejected_by_status.get(str(status), 0) + 1
+
+    async def over_capacity(self, send) -> None:
+        """Answer a request beyond ``max_connections`` (called by the protocol)."""
+        self.counters["busy_requests"] += 1
+        await _send(send, 503, _error_body("too many open connections; retry later"), JSON, BUSY)
 
     async def _lifespan(self, receive, send):
         while True:
@@ -291,8 +326,8 @@ class ServiceApp:
         limit = self.limits.max_body_bytes
         if declared is None:
             return limit
-        if not declared.isdigit():
-            raise HttpError(400, "Content-Length is not a number")
+        if not re.fullmatch(r"[0-9]{1,30}", declared):
+            raise HttpError(400, f"Content-Length {declared[:30]!r} is not a number of bytes")
         if int(declared) > limit:
             raise HttpError(413, f"body of {declared} bytes is over the {limit}-byte limit")
         return int(declared)
@@ -323,17 +358,21 @@ class ServiceApp:
 
     def busy(self, what: str) -> HttpError:
         self.counters["busy_requests"] += 1
-        return HttpError(503, f"{what}; retry later", ((b"retry-after", b"1"),))
+        return HttpError(503, f"{what}; retry later", BUSY)
+
+    def down(self, why: str) -> HttpError:
+        self.counters["model_down_requests"] += 1
+        return HttpError(503, f"model down: {why}; only a restart of the service helps", MODEL_DOWN)
 
     def check_model(self) -> None:
         if not self.model.alive:
-            raise self.busy(self.model.exited)
+            raise self.down(self.model.exited)
 
     async def answer_of(self, future) -> bytes:
         try:
             return await future
         except ModelGone as err:
-            raise self.busy(str(err)) from None
+            raise self.down(str(err)) from None
         except ModelFailed as err:
             self.counters["model_errors"] += 1
             raise HttpError(500, str(err)) from None
@@ -378,8 +417,8 @@ class ServiceApp:
 
     async def predict(self, scope, headers, receive):
         now = parse_qs(scope["query_string"].decode("latin-1")).get("now", [""])[-1]
-        if not re.fullmatch(r"-?\d{1,19}", now) or not -(1 << 63) <= int(now) < (1 << 63):
-            raise HttpError(422, f"query parameter now must be a 64-bit integer time, got {now!r}")
+        if not re.fullmatch(r"[0-9]{1,19}", now) or int(now) >= 1 << 63:
+            raise HttpError(422, f"query parameter now must be an integer time in [0, 2^63), got {now[:40]!r}")
         nbytes = self.declared_length(headers)
         self.check_model()
         lane = self.predict_lane
@@ -413,7 +452,7 @@ class ServiceApp:
 
     async def health(self, scope, headers, receive):
         if not self.model.alive:
-            raise HttpError(503, f"down: {self.model.exited}")
+            raise HttpError(503, f"down: {self.model.exited}; only a restart of the service helps", MODEL_DOWN)
         status = self.model.status
         return _json({"status": "ok", "model_version": status["model_version"], "keys": status["keys"]}), JSON
 
@@ -421,7 +460,8 @@ class ServiceApp:
         backlog, lanes = self.backlog, {"predict": self.predict_lane, "train": self.train_lane}
         queues = {"observe_queued": backlog.queued, "observe_queued_bytes": backlog.queued_bytes,
                   "observe_waiting": backlog.waiting, **{f"{name}_queued": lane.queued for name, lane in lanes.items()}}
-        return _json({**self.model.status, **self.counters, **queues, "max_keys": self.limits.max_keys,
+        return _json({**self.model.status, **self.counters, **queues, "rejected_by_status": self.rejected_by_status,
+                      "max_keys": self.limits.max_keys,
                       "uptime_s": time.time() - self.started, "front_pid": os.getpid(),
                       "model_alive": self.model.alive}), JSON
 
@@ -437,16 +477,45 @@ def create_app(model=None, token: "str | None" = None, max_body_bytes: "int | No
     return ServiceApp(model, token, limits)
 
 
-def _guarded_protocol(header_timeout_s: float):
-    """uvicorn's h11 protocol with a deadline for each request's headers.
+def _guarded_protocol(app: ServiceApp):
+    """uvicorn's h11 protocol with a deadline for each request's headers, the service's
+    own connection cap, and JSON for what uvicorn would answer in plain text.
 
     uvicorn closes idle keep-alive connections but waits forever for a request whose
     headers trickle in (or never come), so slow clients could hold every descriptor.
+    Its own concurrency cap and its answer to unparsable HTTP are plain text without
+    ``X-LCR-Reason``; the service's are ``{"detail": ...}`` like every other error.
     """
+    import h11
     from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    header_timeout_s, max_connections = app.limits.header_timeout_s, app.limits.max_connections
 
     class HeaderDeadlineH11(H11Protocol):
         _header_timer = None
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            inner = self.app
+
+            async def capped(scope, receive, send):
+                # As uvicorn's limit_concurrency counts: open connections and running requests.
+                if scope["type"] == "http" and (len(self.connections) > max_connections
+                                                or len(self.tasks) > max_connections):
+                    await app.over_capacity(send)
+                    return
+                await inner(scope, receive, send)
+            self.app = capped
+
+        def send_400_response(self, msg: str) -> None:
+            app.count_rejected(400)
+            body = _error_body(f"invalid HTTP request: {msg}")
+            headers = [(b"content-type", JSON), (b"content-length", str(len(body)).encode()),
+                       (b"connection", b"close")]
+            for event in (h11.Response(status_code=400, headers=headers, reason=b"Bad Request"), h11.Data(data=body),
+                          h11.EndOfMessage()):
+                self.transport.write(self.conn.send(event))
+            self.transport.close()
 
         def connection_made(self, transport):
             super().connection_made(transport)
@@ -481,10 +550,8 @@ def server_config(app, host: str = "127.0.0.1", port: int = 8765, log_level: str
     """
     _, uvicorn = require_service_deps()
     limits: ServiceLimits = app.state.limits
-    return uvicorn.Config(app, host=host, port=port, log_level=log_level,
-                          http=_guarded_protocol(limits.header_timeout_s),
-                          timeout_keep_alive=limits.keep_alive_s,
-                          limit_concurrency=limits.max_connections, **uvicorn_options)
+    return uvicorn.Config(app, host=host, port=port, log_level=log_level, http=_guarded_protocol(app),
+                          timeout_keep_alive=limits.keep_alive_s, **uvicorn_options)
 
 
 def bind_warning(host: str, token: "str | None", tls: bool) -> "str | None":
