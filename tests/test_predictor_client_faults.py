@@ -626,3 +626,14 @@ def test_what_close_cannot_send_is_counted(fake):
         client.observe(t, t)
     client.close()  # ... and close, the last flush, leaves it there: dropped, counted
     assert client.metrics["dropped_observations"] == 5 and client.metrics["sent_observations"] == 0
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+def test_narrow_float_keys_are_checked_without_numpy_warnings(dtype):
+    import warnings
+
+    from lcr.predict.base import int64_keys
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # 2^63 cast to float16 overflowed, with a RuntimeWarning
+        assert int64_keys(np.array([1, 2048], dtype=dtype)).tolist() == [1, 2048]

@@ -104,7 +104,8 @@ def _check_float_keys(array: np.ndarray, name: str) -> None:
         raise LcrInputError(f"{name} contain inf; keys must be integers")
     if not (np.mod(array, 1) == 0).all():
         raise LcrInputError(f"{name} must be integers, got fractional values")
-    if not ((array >= -_FLOAT_LIMIT) & (array < _FLOAT_LIMIT)).all():
+    wide = array.astype(np.float64, copy=False)  # 2^63 is no float16 or float32: compare in float64
+    if not ((wide >= -_FLOAT_LIMIT) & (wide < _FLOAT_LIMIT)).all():
         raise LcrInputError(f"{name} contain values outside the int64 range")
 
 
