@@ -14,7 +14,7 @@ import runpy
 import sys
 
 from lcr.errors import LcrInputError
-from lcr.integrations.serving_predictor import TOKEN_ENV
+from lcr.predict.token import TOKEN_ENV
 from lcr.integrations.sglang_config import (DEFAULT_PREDICTOR, DEFAULTS, PREDICTORS, PolicyConfig,
                                             make_serving_predictor)
 

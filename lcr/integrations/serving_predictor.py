@@ -15,16 +15,15 @@ Neither is thread-safe; each SGLang scheduler process owns its own.
 """
 from __future__ import annotations
 
-import os
+import base64
 import time
 import urllib.request
 from typing import Sequence
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from lcr.errors import LcrInputError
 from lcr.integrations.backoff import Backoff
-
-TOKEN_ENV = "LCR_PREDICTOR_TOKEN"  # read from the environment: never on a command line
+from lcr.redact import redact_url, split_credentials
 
 
 class PredictorUnavailable(RuntimeError):
@@ -75,14 +74,17 @@ class GuardedPredictor:
 
 
 def check_service_url(url: str) -> str:
-    parts = urlsplit(url)
+    """``http://[credentials@]host:port`` of a predictor service URL; errors show it redacted.
+    Credentials run to the last ``@`` (a password may hold ``/``, ``?`` or ``#``)."""
+    credentials, bare = split_credentials(url)
+    parts = urlsplit(bare)
     if parts.scheme != "http" or not parts.hostname:
-        raise LcrInputError(f"predictor_url must look like http://host:port, got {url!r}")
+        raise LcrInputError(f"predictor_url must look like http://host:port, got {redact_url(url)!r}")
     try:
         parts.port
     except ValueError:
-        raise LcrInputError(f"predictor_url {url!r} has a bad port") from None
-    return f"http://{parts.netloc}"
+        raise LcrInputError(f"predictor_url {redact_url(url)!r} has a bad port") from None
+    return f"http://{'' if credentials is None else credentials + '@'}{parts.netloc}"
 
 
 class ServiceNodePredictor:
@@ -92,22 +94,28 @@ class ServiceNodePredictor:
                  check: bool = True):
         from lcr.predict.remote import RemotePredictor
 
-        self.url = check_service_url(url)
-        self.name = f"service({self.url})"
+        self.url = check_service_url(url)  # may hold credentials: only ever shown redacted
+        self.name = f"service({redact_url(self.url)})"
         if check:
             self._check_reachable(timeout_s)
-        self.client = RemotePredictor(self.url, deadline_s=timeout_s, token=os.environ.get(TOKEN_ENV),
-                                      retry_after_s=retry_after_s)
+        # The token comes from $LCR_PREDICTOR_TOKEN (lcr.predict.token), never a command line.
+        self.client = RemotePredictor(self.url, deadline_s=timeout_s, retry_after_s=retry_after_s)
 
     def _check_reachable(self, timeout_s: float) -> None:
+        credentials, bare = split_credentials(self.url)
+        request = urllib.request.Request(bare + "/health")
+        if credentials is not None:  # urllib refuses a URL with credentials in it
+            basic = base64.b64encode(unquote(credentials).encode()).decode()
+            request.add_header("Authorization", f"Basic {basic}")
         try:
-            with urllib.request.urlopen(self.url + "/health", timeout=max(timeout_s, 1.0)) as reply:
+            with urllib.request.urlopen(request, timeout=max(timeout_s, 1.0)) as reply:
                 reply.read()
         except Exception as err:  # noqa: BLE001 - any failure means "not there"
-            raise LcrInputError(f"predictor service {self.url} is unreachable ({err})") from None
+            raise LcrInputError(f"predictor service {redact_url(self.url)} is unreachable "
+                                f"({_scrubbed(err, self.url)})") from None
 
     def observe(self, key: int, t: int) -> None:
-        self.client.observe(int(key), int(t))
+        self.client.observe(key, t)  # a bad value is dropped and counted by the client
 
     def predict(self, keys: Sequence[int], now: int):
         failures = self.client.metrics["fallbacks"]
@@ -115,3 +123,13 @@ class ServiceNodePredictor:
         if self.client.metrics["fallbacks"] != failures:
             raise PredictorUnavailable(f"{self.name} did not answer")
         return values
+
+
+def _scrubbed(err: Exception, url: str) -> str:
+    """``err``'s text without any secret of ``url`` in it."""
+    from lcr.redact import url_secrets
+
+    text = str(err)
+    for secret in url_secrets(url):
+        text = text.replace(secret, "***")
+    return text

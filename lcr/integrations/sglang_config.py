@@ -114,7 +114,11 @@ class PolicyConfig:
         return cls(policy, dict(raw))
 
     def describe(self) -> str:
-        return ", ".join(f"{k}={v}" for k, v in sorted(self.options.items())) or "defaults"
+        """The options for logs: a predictor_url's credentials are shown as ***."""
+        from lcr.redact import redact_url
+
+        return ", ".join(f"{k}={redact_url(v) if k == 'predictor_url' else v}"
+                         for k, v in sorted(self.options.items())) or "defaults"
 
 
 def _option(options: dict, name: str) -> float:
