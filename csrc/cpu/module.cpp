@@ -1,7 +1,9 @@
-// The lcr._native module: each engine file registers its own functions here.
+// The lcr._native module: each engine file registers its own functions here; the
+// simulator cores register themselves (sim_cores.h).
 #include <pybind11/pybind11.h>
 
 #include "cpu/registry.h"
+#include "cpu/sim_cores.h"
 
 PYBIND11_MODULE(_native, m) {
     m.doc() = "lcr's C++ engines (CPU)";
@@ -11,18 +13,7 @@ PYBIND11_MODULE(_native, m) {
     lcr::register_slab_cache(m);
     lcr::register_slab_warp_model(m);
     lcr::register_dense_ids(m);
-    lcr::register_sim_lru(m);
-    lcr::register_sim_opt(m);
-    lcr::register_sim_fpb(m);
-    lcr::register_sim_hf(m);
-    lcr::register_sim_laru(m);
-    lcr::register_sim_marker(m);
-    lcr::register_sim_sieve(m);
-    lcr::register_sim_arc(m);
-    lcr::register_sim_lirs(m);
-    lcr::register_sim_s3fifo(m);
-    lcr::register_sim_wtinylfu(m);
-    lcr::register_sim_lfu(m);
+    for (const lcr::BindCore bind : lcr::sim_cores()) bind(m);  // every sim_<policy>.cpp
     lcr::register_forest(m);
     lcr::register_key_slots(m);
     lcr::register_stamp_order(m);

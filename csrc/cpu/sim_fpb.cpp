@@ -1,6 +1,7 @@
 // FPB (follow the predicted Belady) core; the spec is lcr.policies.fpb.FPB.
 #include "cpu/recency_tree.h"
 #include "cpu/registry.h"
+#include "cpu/sim_cores.h"
 #include "cpu/sim_replay.h"
 
 namespace lcr {
@@ -42,5 +43,6 @@ void register_sim_fpb(py::module_& m) {
     m.def("replay_fpb", &replay_fpb, py::arg("ids"), py::arg("n_ids"), py::arg("capacity"), py::arg("predictions"),
           py::arg("async_mode"), py::arg("record_evictions"));
 }
+static const SimCore registered(register_sim_fpb);
 
 }  // namespace lcr

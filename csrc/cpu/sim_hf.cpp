@@ -2,6 +2,7 @@
 #include "cpu/candidate_window.h"
 #include "cpu/recency_tree.h"
 #include "cpu/registry.h"
+#include "cpu/sim_cores.h"
 #include "cpu/sim_replay.h"
 
 namespace lcr {
@@ -42,5 +43,6 @@ void register_sim_hf(py::module_& m) {
     m.def("replay_hf", &replay_hf, py::arg("ids"), py::arg("n_ids"), py::arg("capacity"), py::arg("predictions"),
           py::arg("async_mode"), py::arg("window"), py::arg("record_evictions"));
 }
+static const SimCore registered(register_sim_hf);
 
 }  // namespace lcr

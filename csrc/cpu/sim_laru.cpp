@@ -9,6 +9,7 @@
 #include "cpu/recency_list.h"
 #include "cpu/recency_tree.h"
 #include "cpu/registry.h"
+#include "cpu/sim_cores.h"
 #include "cpu/sim_replay.h"
 
 namespace lcr {
@@ -215,5 +216,6 @@ void register_sim_laru(py::module_& m) {
           py::arg("async_mode"), py::arg("b"), py::arg("shrink_every"), py::arg("credit"), py::arg("guard"),
           py::arg("intervals"), py::arg("margin"), py::arg("record_evictions"));
 }
+static const SimCore registered(register_sim_laru);
 
 }  // namespace lcr

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "cpu/registry.h"
+#include "cpu/sim_cores.h"
 #include "cpu/sim_replay.h"
 
 namespace lcr {
@@ -114,5 +115,6 @@ void register_sim_lfu(py::module_& m) {
     m.def("replay_lfu", &replay_lfu, py::arg("ids"), py::arg("n_ids"), py::arg("capacity"), py::arg("aging"),
           py::arg("record_evictions"));
 }
+static const SimCore registered(register_sim_lfu);
 
 }  // namespace lcr

@@ -4,6 +4,7 @@
 
 #include "cpu/recency_list.h"
 #include "cpu/registry.h"
+#include "cpu/sim_cores.h"
 #include "cpu/sim_replay.h"
 
 namespace lcr {
@@ -157,5 +158,6 @@ void register_sim_lirs(py::module_& m) {
     m.def("replay_lirs", &replay_lirs, py::arg("ids"), py::arg("n_ids"), py::arg("capacity"),
           py::arg("record_evictions"));
 }
+static const SimCore registered(register_sim_lirs);
 
 }  // namespace lcr

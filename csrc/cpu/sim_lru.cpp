@@ -1,6 +1,7 @@
 // LRU core; the spec is lcr.policies.lru.LRU.
 #include "cpu/recency_list.h"
 #include "cpu/registry.h"
+#include "cpu/sim_cores.h"
 #include "cpu/sim_replay.h"
 
 namespace lcr {
@@ -32,5 +33,6 @@ void register_sim_lru(py::module_& m) {
     m.def("replay_lru", &replay_lru, py::arg("ids"), py::arg("n_ids"), py::arg("capacity"),
           py::arg("record_evictions"));
 }
+static const SimCore registered(register_sim_lru);
 
 }  // namespace lcr

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "cpu/registry.h"
+#include "cpu/sim_cores.h"
 #include "cpu/sim_replay.h"
 #include "cpu/splitmix64.h"
 
@@ -91,5 +92,6 @@ void register_sim_marker(py::module_& m) {
     m.def("replay_marker", &replay_marker, py::arg("ids"), py::arg("n_ids"), py::arg("capacity"), py::arg("seed"),
           py::arg("record_evictions"));
 }
+static const SimCore registered(register_sim_marker);
 
 }  // namespace lcr

@@ -4,6 +4,7 @@
 
 #include "cpu/indexed_heap.h"
 #include "cpu/registry.h"
+#include "cpu/sim_cores.h"
 #include "cpu/sim_replay.h"
 
 namespace lcr {
@@ -46,5 +47,6 @@ void register_sim_opt(py::module_& m) {
     m.def("replay_opt", &replay_opt, py::arg("ids"), py::arg("n_ids"), py::arg("capacity"), py::arg("next_use"),
           py::arg("record_evictions"));
 }
+static const SimCore registered(register_sim_opt);
 
 }  // namespace lcr

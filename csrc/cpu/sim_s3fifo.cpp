@@ -4,6 +4,7 @@
 
 #include "cpu/recency_list.h"
 #include "cpu/registry.h"
+#include "cpu/sim_cores.h"
 #include "cpu/sim_replay.h"
 
 namespace lcr {
@@ -83,5 +84,6 @@ void register_sim_s3fifo(py::module_& m) {
     m.def("replay_s3fifo", &replay_s3fifo, py::arg("ids"), py::arg("n_ids"), py::arg("capacity"),
           py::arg("small_size"), py::arg("ghost_size"), py::arg("move_to_main"), py::arg("record_evictions"));
 }
+static const SimCore registered(register_sim_s3fifo);
 
 }  // namespace lcr

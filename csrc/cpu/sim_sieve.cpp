@@ -3,6 +3,7 @@
 
 #include "cpu/recency_list.h"
 #include "cpu/registry.h"
+#include "cpu/sim_cores.h"
 #include "cpu/sim_replay.h"
 
 namespace lcr {
@@ -48,5 +49,6 @@ void register_sim_sieve(py::module_& m) {
     m.def("replay_sieve", &replay_sieve, py::arg("ids"), py::arg("n_ids"), py::arg("capacity"),
           py::arg("record_evictions"));
 }
+static const SimCore registered(register_sim_sieve);
 
 }  // namespace lcr

@@ -7,6 +7,7 @@
 
 #include "cpu/recency_list.h"
 #include "cpu/registry.h"
+#include "cpu/sim_cores.h"
 #include "cpu/sim_replay.h"
 #include "cpu/xxh64.h"
 
@@ -142,5 +143,6 @@ void register_sim_wtinylfu(py::module_& m) {
     m.def("replay_wtinylfu", &replay_wtinylfu, py::arg("ids"), py::arg("keys"), py::arg("capacity"),
           py::arg("window_size"), py::arg("record_evictions"));
 }
+static const SimCore registered(register_sim_wtinylfu);
 
 }  // namespace lcr

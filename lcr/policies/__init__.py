@@ -2,7 +2,8 @@
 
 Every engine (the C++ simulator core, the SlabHash kernels, the SGLang radix cache) is
 tested against these classes decision by decision. To add a policy, write one module
-with a ``Policy`` subclass and list it in ``_ALL`` below.
+with a ``Policy`` subclass and list it in ``_ALL`` below; a policy with a C++ core also
+defines ``native_args`` (docs/architecture.md lists every file to touch).
 """
 from __future__ import annotations
 

@@ -33,6 +33,9 @@ class ARC(Policy):
         self.p = 0.0
         self.resident: dict[int, None] = {}
 
+    def native_args(self) -> dict:
+        return {}
+
     def _access(self, key, t):
         if key in self.t1:
             del self.t1[key]

@@ -47,6 +47,10 @@ class Policy(ABC):
     evicts_on_hit: ClassVar[bool] = False
     #: The smallest capacity the policy is defined for.
     min_capacity: ClassVar[int] = 1
+    #: Whether the decisions depend on the key values, not only on which requests repeat
+    #: (W-TinyLFU's sketch hashes the keys): an engine that renumbers the keys must hand
+    #: such a policy the original keys too.
+    hashes_keys: ClassVar[bool] = False
 
     def __init__(self, capacity: int):
         if int(capacity) < self.min_capacity:
@@ -96,3 +100,17 @@ class Policy(ABC):
     @property
     def full(self) -> bool:
         return len(self) >= self.capacity
+
+    def native_args(self) -> dict:
+        """This policy's options as the keyword arguments of its C++ core
+        ``lcr._native.replay_<name>`` (the engine adds the requests, ``capacity``, and the
+        predictions or next uses: ``lcr.sim.native.core_args``). A policy has a core exactly
+        when its class defines this method itself; tests/test_native_params.py checks that
+        every constructor option reaches it and that the core takes exactly these names."""
+        raise NotImplementedError(f"policy {self.name!r} has no native core")
+
+    @classmethod
+    def has_native_core(cls) -> bool:
+        """Whether ``native_args`` is this class's own: a subclass changes the rule, so it
+        never inherits its parent's core (``laru_llru`` does not replay as ``laru``)."""
+        return "native_args" in vars(cls)

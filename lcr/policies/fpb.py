@@ -16,6 +16,9 @@ class FPB(Policy):
         self.recency = self.resident = RecencyOrder()
         self.table = PredictionTable(predictor, mode, self.stats)
 
+    def native_args(self) -> dict:
+        return {"async_mode": self.table.mode == "async"}
+
     def _access(self, key, t):
         hit = key in self.recency
         if not hit and self.full:

@@ -21,6 +21,9 @@ class HF(Policy):
         self.recency = self.resident = RecencyOrder()
         self.table = PredictionTable(predictor, mode, self.stats)
 
+    def native_args(self) -> dict:
+        return {"async_mode": self.table.mode == "async", "window": self.window}
+
     def _access(self, key, t):
         hit = key in self.recency
         if not hit and self.full:

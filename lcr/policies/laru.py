@@ -109,6 +109,14 @@ class LARU(Policy):
         if intervals:
             self.stats.extra["interval_evictions"] = 0
 
+    def native_args(self) -> dict:
+        if type(self.evicted_by_prediction) is not set:
+            raise ValueError("laru record: the native core keeps its own exact record; "
+                             "pass record= to the Python spec only")
+        return {"async_mode": self.table.mode == "async", "b": self.b, "shrink_every": self.shrink_every,
+                "credit": self.credit, "guard": -1.0 if self.guard is None else self.guard,  # -1: no guard
+                "intervals": self.shadows is not None, "margin": self.margin}
+
     @property
     def window(self) -> int:
         """l = max(floor(lambda * k), 1)."""

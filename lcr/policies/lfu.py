@@ -27,6 +27,9 @@ class LFU(Policy):
         self.buckets: dict[int, OrderedDict[int, None]] = {}
         self.requests = 0
 
+    def native_args(self) -> dict:
+        return {"aging": self.aging}
+
     def _access(self, key, t):
         self.requests += 1
         hit = key in self.count

@@ -58,6 +58,9 @@ class LIRS(Policy):
         self.occupied = 0  # libCacheSim's resident count, which its quirks can leave at k - 1
         self.resident: dict[int, None] = {}
 
+    def native_args(self) -> dict:
+        return {}
+
     def _access(self, key, t):
         hit = self._find(key)
         if not hit:

@@ -12,6 +12,9 @@ class LRU(Policy):
         super().__init__(capacity)
         self.recency = self.resident = RecencyOrder()
 
+    def native_args(self) -> dict:
+        return {}
+
     def _access(self, key, t):
         if key in self.recency:
             self.recency.touch(key)

@@ -18,6 +18,9 @@ class Marker(Policy):
         self.cache = self.resident = MarkedCache(capacity)
         self.rng = SplitMix64(seed)
 
+    def native_args(self) -> dict:
+        return {"seed": self.rng.state}
+
     def _access(self, key, t):
         if key in self.cache:
             self.cache.mark(key)

@@ -24,6 +24,9 @@ class OPT(Policy):
         # Max-heap on next use (ties: oldest access first), with stale entries skipped lazily.
         self._heap: list[tuple[int, int, int]] = []
 
+    def native_args(self) -> dict:
+        return {}  # the engine adds the trace's next uses
+
     def _access(self, key, t):
         hit = key in self._cached
         if not hit and self.full:

@@ -42,6 +42,10 @@ class S3FIFO(Policy):
         self.resident = _Union(self.small, self.main)
         self.warm = False  # whether anything was evicted yet
 
+    def native_args(self) -> dict:
+        return {"small_size": self.small_size, "ghost_size": self.ghost_size,
+                "move_to_main": self.move_to_main}
+
     def _access(self, key, t):
         if key in self.small:
             self.small[key] += 1

@@ -24,6 +24,9 @@ class Sieve(Policy):
         self.tail: int | None = None  # oldest
         self.hand: int | None = None
 
+    def native_args(self) -> dict:
+        return {}
+
     def _access(self, key, t):
         if key in self.visited:
             self.visited[key] = True

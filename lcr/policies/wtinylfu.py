@@ -32,6 +32,7 @@ from lcr.policies.sketch import CountingBloomSketch
 class WTinyLFU(Policy):
     name = "wtinylfu"
     evicts_on_hit = True  # a promotion that overfills probation
+    hashes_keys = True  # the sketch's positions (XXH64 of the key, as libCacheSim)
 
     def __init__(self, capacity: int, window: float = 0.01):
         super().__init__(capacity)
@@ -47,6 +48,9 @@ class WTinyLFU(Policy):
         self.sketch = CountingBloomSketch(max(1, self.main_size))
         self.halve_every = 32 * self.main_size
         self.main_hits = 0
+
+    def native_args(self) -> dict:
+        return {"window_size": self.window_size}
 
     def _access(self, key, t):
         if key in self.window:

@@ -7,6 +7,10 @@ from, so both engines see the same predictions.
 
 Keys are remapped once per trace to dense ids (first appearance order), so the cores
 keep per-key state in flat arrays.
+
+A core is called with named arguments only: the requests and the engine's inputs that
+the spec class declares (``core_args``), plus the spec's own ``native_args()``, so no
+spec option can be dropped on the way (tests/test_native_params.py).
 """
 from __future__ import annotations
 
@@ -14,13 +18,13 @@ import time
 
 import numpy as np
 
-from lcr.policies import make_policy
+from lcr.policies import POLICIES, Policy, make_policy
 from lcr.sim.runner import Replay
 from lcr.traces import Trace
 
-#: Policies with a C++ core.
-NATIVE_POLICIES = frozenset({"lru", "opt", "fpb", "hf", "laru", "marker", "sieve",
-                             "arc", "lirs", "s3fifo", "wtinylfu", "lfu"})
+#: Policies with a C++ core ``lcr._native.replay_<name>``: those whose spec class defines
+#: ``native_args`` (``Policy.has_native_core``).
+NATIVE_POLICIES = frozenset(name for name, cls in POLICIES.items() if cls.has_native_core())
 
 
 class _NoPredictor:
@@ -43,6 +47,31 @@ def dense_ids(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     return ids, keys
 
 
+def native_spec(name: str, capacity: int, **params) -> Policy:
+    """The spec policy ``name`` built only for its parameters: the constructor checks them
+    (an unknown one is a TypeError naming it) and supplies the defaults."""
+    if name not in NATIVE_POLICIES:
+        raise ValueError(f"policy {name!r} has no native core; native: {', '.join(sorted(NATIVE_POLICIES))}")
+    return make_policy(name, capacity, predictor=_NoPredictor(), next_use=(), **params)
+
+
+def core_args(spec: Policy, trace: Trace, predictions: np.ndarray | None = None,
+              record_evictions: bool = False) -> dict:
+    """Every keyword argument of ``spec``'s core: the requests as dense ids, the inputs the
+    spec class declares (predictions, next uses, the keys themselves), and its options."""
+    ids, keys = dense_ids(trace)
+    args = {"ids": ids, "capacity": spec.capacity, "record_evictions": record_evictions}
+    if spec.hashes_keys:
+        args["keys"] = keys  # the core hashes them; their count is the number of ids
+    else:
+        args["n_ids"] = len(keys)
+    if spec.uses_predictions:
+        args["predictions"] = predictions
+    if spec.uses_future:
+        args["next_use"] = trace.next_use
+    return dict(**args, **spec.native_args())  # a name given twice is a TypeError
+
+
 def native_replay(trace: Trace, name: str, capacity: int, predictions: np.ndarray | None = None,
                   record_evictions: bool = False, **params) -> Replay:
     """Replay ``trace`` through the C++ core of policy ``name``.
@@ -54,9 +83,7 @@ def native_replay(trace: Trace, name: str, capacity: int, predictions: np.ndarra
     """
     from lcr import _native
 
-    if name not in NATIVE_POLICIES:
-        raise ValueError(f"policy {name!r} has no native core; native: {', '.join(sorted(NATIVE_POLICIES))}")
-    spec = make_policy(name, capacity, predictor=_NoPredictor(), next_use=(), **params)
+    spec = native_spec(name, capacity, **params)
     if spec.uses_predictions:
         if predictions is None:
             raise ValueError(f"policy {name!r} needs predictions")
@@ -64,39 +91,14 @@ def native_replay(trace: Trace, name: str, capacity: int, predictions: np.ndarra
         if predictions.shape != trace.keys.shape:
             raise ValueError(f"predictions: expected {len(trace)} values (one per request), "
                              f"got shape {predictions.shape}")
-    ids, keys = dense_ids(trace)
-    core = (ids, len(keys), spec.capacity)
+    args = core_args(spec, trace, predictions, record_evictions)
     start = time.perf_counter()
-    if name in ("lru", "sieve", "arc", "lirs"):
-        hits, evicted, counters = getattr(_native, f"replay_{name}")(*core, record_evictions)
-    elif name == "s3fifo":
-        hits, evicted, counters = _native.replay_s3fifo(*core, spec.small_size, spec.ghost_size,
-                                                        spec.move_to_main, record_evictions)
-    elif name == "lfu":
-        hits, evicted, counters = _native.replay_lfu(*core, spec.aging, record_evictions)
-    elif name == "wtinylfu":  # its sketch hashes the keys themselves
-        hits, evicted, counters = _native.replay_wtinylfu(ids, keys, spec.capacity, spec.window_size,
-                                                          record_evictions)
-    elif name == "opt":
-        hits, evicted, counters = _native.replay_opt(*core, trace.next_use, record_evictions)
-    elif name == "marker":
-        hits, evicted, counters = _native.replay_marker(*core, spec.rng.state, record_evictions)
-    else:
-        async_mode = spec.table.mode == "async"
-        if name == "fpb":
-            extra = ()
-        elif name == "hf":
-            extra = (spec.window,)
-        else:
-            extra = (spec.b, spec.shrink_every, spec.credit, -1.0 if spec.guard is None else spec.guard,
-                     spec.shadows is not None, spec.margin)
-        hits, evicted, counters = getattr(_native, f"replay_{name}")(
-            *core, predictions, async_mode, *extra, record_evictions)
+    hits, evicted, counters = getattr(_native, f"replay_{name}")(**args)
     seconds = time.perf_counter() - start
     if evicted is not None:
+        keys = dense_ids(trace)[1]
         evicted = np.where(evicted >= 0, keys[np.maximum(evicted, 0)], -1)
-    intervals = name == "laru" and spec.shadows is not None
-    return Replay(hits, _spec_stats(name, counters, intervals), seconds, evicted)
+    return Replay(hits, _spec_stats(name, counters, args.get("intervals", False)), seconds, evicted)
 
 
 def _spec_stats(name: str, counters: dict, intervals: bool = False) -> dict:
