@@ -7,9 +7,10 @@ why (item 6), ``lcr serve-predictor`` refuses a bad token or startup setting in 
 tests (hypothesis) send arbitrary bodies and query strings to one real service and
 arbitrary values to the in-process model, then check a good request still works.
 
-Run time: ~60-90 s on 2 shared cores, most of it the 10^6-observation test and the model
-processes the services start; fuzz examples: 150 HTTP requests, 120 observe and 80
-predict calls in process.
+Run time: ~45 s on 2 shared cores, most of it the 10^6-observation test, the model
+processes the services start and the CLI subprocesses; fuzz examples: 300 HTTP requests
+(~8 s), 400 observe and 300 predict + observe_many calls in process (~2 s), 150 clock
+batches.
 """
 from __future__ import annotations
 
@@ -230,6 +231,22 @@ def test_a_lagging_client_does_not_restart_the_clock_but_a_stalled_stream_does()
         taken = clock.order(np.arange(200 + step, 210 + step))
         assert taken.restarted == (step == 5)
     assert clock.now == 215 and clock.counters["clock_restarts"] == 1
+
+
+def test_one_batch_alone_never_restarts_the_clock():
+    """The slices of one request are one batch: however long it takes, only a later
+    batch that still moves nothing restarts the clock."""
+    from lcr.predict.clock import StreamClock
+
+    wall = [0.0]
+    clock = StreamClock(max_jump=100, restart_after_s=5, wall=lambda: wall[0])
+    clock.order(np.arange(10_000, 10_100))
+    with clock.batch():
+        for step in range(20):  # 20 s of slices of one restarted client's request
+            wall[0] += 1
+            assert not clock.order(np.arange(step * 10, step * 10 + 10)).restarted
+    wall[0] += 1
+    assert clock.order(np.arange(200, 210)).restarted and clock.now == 209
 
 
 # -- item 6: every 503 says why ------------------------------------------------------------
@@ -480,21 +497,22 @@ def query_strings():
                      st.text(max_size=20).map(lambda v: "?" + v.replace("#", "")))
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
 @given(method=st.sampled_from(["GET", "POST", "PUT", "DELETE", "PATCH"]),
        path=st.one_of(st.sampled_from(ROUTES), st.text(PATH_CHARACTERS, max_size=12).map(lambda p: "/" + p)),
        query=query_strings(),
        body=st.one_of(st.binary(max_size=200), observation_bodies(), st.binary(min_size=70_000, max_size=70_000)),
        content_type=st.sampled_from(["application/octet-stream", "application/json", "", "text/plain",
                                      "application/octet-stream; charset=binary", "APPLICATION/OCTET-STREAM"]),
-       auth=st.sampled_from([True, True, True, False]))
+       auth=st.sampled_from([True, True, True, False]), chunked=st.booleans())
 def test_fuzz_the_service_never_answers_500_and_stays_usable(shared_service, method, path, query, body,
-                                                               content_type, auth):
-    """Any method, route, query, body and content type: a documented status, a one-line
-    JSON detail for every error, and the next good observe + predict still works."""
+                                                               content_type, auth, chunked):
+    """Any method, route, query, body (sized or chunked) and content type: a documented
+    status, a one-line JSON detail for every error, and the next good observe + predict
+    still works."""
     headers = {"Content-Type": content_type} if content_type else {}
     try:
-        reply = shared_service.call(method, path + query, body, headers, auth=auth)
+        reply = shared_service.call(method, path + query, iter([body]) if chunked else body, headers, auth=auth)
     except httpx.InvalidURL:  # a path httpx itself cannot send
         return
     assert reply.status_code in DOCUMENTED, (reply.status_code, reply.text)
@@ -526,7 +544,7 @@ def still_works(model):
     assert model.predict([31337], 0).shape == (1,)
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
 @given(key=ANY_VALUE, t=ANY_VALUE)
 def test_fuzz_observe_in_process_refuses_in_one_line_or_accepts(in_process_model, key, t):
     try:
@@ -536,7 +554,7 @@ def test_fuzz_observe_in_process_refuses_in_one_line_or_accepts(in_process_model
     still_works(in_process_model)
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
 @given(keys=st.one_of(ANY_VALUE, st.lists(ANY_VALUE, max_size=5),
                       st.lists(INT64, max_size=70).map(np.array),
                       st.sampled_from([np.zeros((2, 2)), np.array(["a"]), np.array([1.5]), np.array([np.nan]),

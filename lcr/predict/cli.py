@@ -110,9 +110,13 @@ def resolve_token(args) -> "str | None":
         try:
             with open(args.token_file, encoding="utf-8") as handle:
                 token = handle.read(4096).strip()
+                shared = os.fstat(handle.fileno()).st_mode & 0o077
         except (OSError, UnicodeDecodeError) as err:
             raise LcrInputError(f"--token-file: cannot read it ({getattr(err, 'strerror', None) or err})",
                                 source=args.token_file) from None
+        if shared:
+            print(f"lcr serve-predictor: warning: --token-file {args.token_file} is readable by other users; "
+                  "chmod 600 it", flush=True)
     elif args.token is not None:
         source, token = "--token", args.token
         print("lcr serve-predictor: warning: --token on the command line is visible to other local users "
@@ -165,6 +169,8 @@ def bind(host: str, port: int) -> socket.socket:
             raise LcrInputError(f"--port {port}: address already in use on {host}") from None
         if err.errno == errno.EACCES:
             raise LcrInputError(f"--port {port}: permission denied (ports below 1024 need privileges)") from None
+        if err.errno == errno.EADDRNOTAVAIL:
+            raise LcrInputError(f"--host {host!r}: not an address of this machine") from None
         raise LcrInputError(f"--host {host!r} --port {port}: cannot listen there ({err.strerror or err})") from None
     sock.set_inheritable(True)
     return sock
