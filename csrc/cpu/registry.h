@@ -1,4 +1,5 @@
-// One register_* function per engine file; module.cpp calls them all.
+// One register_* function per engine file; module.cpp calls them all. The simulator cores
+// (sim_*.cpp) register themselves instead (sim_cores.h).
 #pragma once
 #include <pybind11/pybind11.h>
 
@@ -19,21 +20,8 @@ void register_checkpoints(pybind11::module_& m);
 void register_slab_hash(pybind11::module_& m);
 void register_slab_cache(pybind11::module_& m);
 void register_slab_warp_model(pybind11::module_& m);
-// Simulator cores (sim_*.cpp) and the key remapping they run on.
+// The key remapping the simulator cores run on.
 void register_dense_ids(pybind11::module_& m);
-void register_sim_lru(pybind11::module_& m);
-void register_sim_opt(pybind11::module_& m);
-void register_sim_fpb(pybind11::module_& m);
-void register_sim_hf(pybind11::module_& m);
-void register_sim_laru(pybind11::module_& m);
-void register_sim_marker(pybind11::module_& m);
-void register_sim_sieve(pybind11::module_& m);
-// The heuristics a user would pick instead of a learned policy (issue 11).
-void register_sim_arc(pybind11::module_& m);
-void register_sim_lirs(pybind11::module_& m);
-void register_sim_s3fifo(pybind11::module_& m);
-void register_sim_wtinylfu(pybind11::module_& m);
-void register_sim_lfu(pybind11::module_& m);
 void register_forest(pybind11::module_& m);
 void register_key_slots(pybind11::module_& m);
 // The radix-cache policies' recency order (lcr.kv.policies).
