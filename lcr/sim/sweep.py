@@ -1,6 +1,7 @@
 """Sweeps: policies x cache sizes x noise levels over one trace, with OPT as the yardstick."""
 from __future__ import annotations
 
+import inspect
 from dataclasses import asdict, dataclass, field
 
 from lcr.errors import LcrInputError
@@ -99,7 +100,7 @@ def run_one(trace: Trace, spec: PolicySpec, capacity: int, predictor_name: str =
     params = dict(spec.params)
     if predictions is None:
         predictions = PredictionCache("off")
-    if spec.name in ("marker", "predictive_marker", "marker_dist"):
+    if "seed" in inspect.signature(POLICIES[spec.name]).parameters:  # randomised policies
         params.setdefault("seed", seed)
     query_mode = parse_predictor_name(predictor_name)[1]
     if spec.uses_predictions and query_mode:  # ``lightgbm:async`` picks the policy's mode
