@@ -125,6 +125,7 @@ class LightGBMConfig:
                 or len(fractions) > self.num_trees:
             raise LcrInputError(f"LightGBM config: boundary_fractions must be 1 to num_trees numbers in (0, 1], "
                                 f"got {fractions!r}")
+        StreamClock(self.max_time_jump, self.clock_restart_s)  # the clock checks its own settings
         if self.weak and self.features.mode != "compact":
             # The weak model reads the key column, which only the compact layout has.
             object.__setattr__(self, "features", replace(self.features, mode="compact"))

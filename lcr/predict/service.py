@@ -54,6 +54,7 @@ import asyncio
 import collections
 import functools
 import hmac
+import importlib.util
 import json
 import logging
 import os
@@ -98,7 +99,7 @@ class ServiceLimits:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise LcrInputError(f"service limit {name} must be an integer >= 1, got {value!r}")
         for name in ("header_timeout_s", "body_timeout_s", "keep_alive_s", "clock_restart_s"):
-            if not 0 < getattr(self, name) < float("inf"):
+            if not getattr(self, name) > 0:
                 raise LcrInputError(f"service limit {name} must be > 0, got {getattr(self, name)}")
         if not self.admission_wait_s >= 0:
             raise LcrInputError(f"service limit admission_wait_s must be >= 0, got {self.admission_wait_s}")
@@ -201,6 +202,10 @@ def require_service_deps():
         import uvicorn
     except ImportError:
         raise LcrInputError("the predictor service needs uvicorn: pip install 'lcr[service]'") from None
+    # The model process imports LightGBM; found here, a missing one is one line up front
+    # (found, not imported: the front never runs the model).
+    if importlib.util.find_spec("lightgbm") is None:
+        raise LcrInputError("the predictor service needs lightgbm: pip install 'lcr[service]'")
     return None, uvicorn
 
 
