@@ -468,9 +468,10 @@ def raw_request(port, head: bytes, body: bytes = b"") -> tuple[int, dict, bytes]
 def test_odd_content_lengths_get_a_json_refusal(shared_service, length, status):
     head = (f"POST /observe HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n"
             f"Content-Type: application/octet-stream\r\nContent-Length: {length}\r\n\r\n").encode("utf-8")
+    before = shared_service.metrics()["rejected_requests"]
     got, headers, body = raw_request(shared_service.port, head, encode_observations([1], [1]))
     assert got == status and headers["content-type"].startswith("application/json"), (got, headers, body)
-    assert json.loads(body)["detail"]
+    assert json.loads(body)["detail"] and shared_service.metrics()["rejected_requests"] == before + 1
     good_round_trip(shared_service)
 
 

@@ -217,7 +217,7 @@ class StreamClock:
 
     def _stalled(self, advanced: bool) -> bool:
         """True when the clock should restart: this call moved nothing, and nothing has
-        since an earlier batch at least ``restart_after_s`` ago."""
+        moved it since a batch before this one, ``restart_after_s`` or more ago."""
         if advanced:
             self._stall = None
             return False
