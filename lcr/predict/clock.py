@@ -17,8 +17,9 @@ every access in the order they are taken in (J is ``max_jump``):
    whose clock restarted, or lags far, still feeds the model, at the service's time;
 4. a time at most J behind the clock is taken as it is: batches of several threads or
    clients arrive out of order by a little, and their times stay exact (the model then
-   takes a key's access at no earlier than that key's latest, ``times_clamped`` in
-   ``LightGBMPredictor``, so no interval is negative);
+   drops an access older than its key's latest, ``times_stale`` in ``LightGBMPredictor``:
+   it can no longer be placed in that key's history, and taking it at the latest would
+   teach a false "back at once");
 5. otherwise the time is taken as it is and becomes the clock.
 
 J (``DEFAULT_MAX_TIME_JUMP`` = 65,536) bounds both how far a time may lead the clock and

@@ -33,9 +33,10 @@ tree over one feature (the key id), so its ranking carries almost no information
 Times (``lcr.predict.clock``, the one rule the service's model process applies too):
 every access is stamped by the model's ``StreamClock`` (negative times and times more
 than ``max_time_jump`` past the newest are refused; times far behind it are taken at it),
-and a key's time never goes back: an access stamped before the key's latest is taken at
-that latest (``times_clamped``). So no interval, decay or label is ever negative, however
-the accesses of several threads or clients interleave.
+and a key's time never goes back: an access stamped before the key's latest one arrived
+after it and is dropped (``times_stale``; taking it at the latest would record a false
+"back at once"). So no interval, decay or label is ever negative or invented, however the
+accesses of several threads or clients interleave.
 
 Thread-safe: several threads may observe, predict and fit at once. Observers take turns
 (``_observe_lock``: each access is stamped and recorded in one step, in stamp order);
@@ -222,7 +223,7 @@ class LightGBMPredictor(Predictor):
         #: one built from its limits.
         self.clock = StreamClock(c.max_time_jump, c.clock_restart_s)
         self.metrics = {"observed": 0, "fits": 0, "fits_skipped_busy": 0, "last_fit_seconds": 0.0,
-                        "last_fit_samples": 0, "predicted_keys": 0, "times_clamped": 0, "clock_state_forgotten": 0}
+                        "last_fit_samples": 0, "predicted_keys": 0, "times_stale": 0, "clock_state_forgotten": 0}
 
     # -- access path -------------------------------------------------------------------
     def observe(self, key: int, t: int, static: Sequence[float] | None = None) -> None:
@@ -261,11 +262,11 @@ class LightGBMPredictor(Predictor):
     def _record(self, key: int, t: int, static) -> None:
         """Take one stamped access in (observe lock held); fit when one is due."""
         with self._lock:
-            if t < self._now and key in self.features:  # behind the newest: maybe behind the key's latest
-                latest = self.features.last_times_by_slot[self.features.slot_of(key)]
-                if t < latest:  # a key's time never goes back
-                    t = int(latest)
-                    self.metrics["times_clamped"] += 1
+            # Behind the newest, maybe behind the key's latest: a key's time never goes back.
+            if t < self._now and key in self.features and t < self.features.last_times_by_slot[
+                    self.features.slot_of(key)]:
+                self.metrics["times_stale"] += 1
+                return
             row = self.features.update(key, t, static)
             for history in self.histories:
                 history.observe(key, t, row)

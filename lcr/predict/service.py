@@ -29,8 +29,8 @@ Protection (every limit in ``ServiceLimits``):
   negative times and times more than ``max_time_jump`` (65,536) past the service's
   clock are dropped and counted (``times_negative``, ``times_ahead``, their sum
   ``times_rejected``), so one client cannot drag the clock that every client's
-  predictions hang on; times far behind it are taken at it (``times_behind``); a key's
-  time never goes back (``times_clamped``); when nothing has moved the clock for
+  predictions hang on; times far behind it are taken at it (``times_behind``); an access
+  older than its key's latest is dropped (``times_stale``); when nothing has moved the clock for
   ``clock_restart_s`` (a restarted client clock), it restarts from the stream
   (``clock_restarts``). ``/metrics`` shows the clock (``clock``).
 - Slow clients: request headers must arrive within ``header_timeout_s`` and the body
