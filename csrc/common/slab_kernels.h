@@ -91,28 +91,32 @@ LCR_WARP_FN void probe_lookup(W& w, const SlabTable& t, const int64_t* keys, int
 // refresh: one thread per lookup. The first lookup of a hit key (smallest position p)
 // leaves stamp clock + p. Stamps only go down once they are >= clock, so exactly one
 // thread lifts a slot's stamp over the clock: it alone does the LARU bookkeeping and
-// counts the distinct hit.
+// counts the distinct hit. refresh_slot applies the rule to lookup p of `slot` and
+// returns whether this lookup was that first touch (the fused SLS counts them per warp).
 template <class W>
-LCR_WARP_FN void refresh_lookup(W& w, const SlabTable& t, const int64_t* slot_of, int64_t p, int64_t clock,
-                                int64_t* hit_count) {
-    const int64_t slot = slot_of[p];
-    if (slot < 0) return;
+LCR_WARP_FN bool refresh_slot(W& w, const SlabTable& t, int64_t slot, int64_t p, int64_t clock) {
     const int64_t wanted = clock + p;
     int64_t seen = t.stamps[slot];
     while (seen < clock || seen > wanted) {
         const int64_t before = w.atomic_cas(&t.stamps[slot], seen, wanted);
         if (before == seen) {
-            if (seen < clock) {  // this batch's first touch of the slot
-                if (t.old[slot]) {
-                    t.old[slot] = 0;
-                    w.atomic_add(&t.old_count[slot / kSlabsetSlots], int32_t(-1));  // slabset shared
-                }
-                w.atomic_add(hit_count, int64_t(1));
+            if (seen >= clock) return false;
+            if (t.old[slot]) {  // this batch's first touch of the slot
+                t.old[slot] = 0;
+                w.atomic_add(&t.old_count[slot / kSlabsetSlots], int32_t(-1));  // slabset shared
             }
-            return;
+            return true;
         }
         seen = before;
     }
+    return false;
+}
+
+template <class W>
+LCR_WARP_FN void refresh_lookup(W& w, const SlabTable& t, const int64_t* slot_of, int64_t p, int64_t clock,
+                                int64_t* hit_count) {
+    const int64_t slot = slot_of[p];
+    if (slot >= 0 && refresh_slot(w, t, slot, p, clock)) w.atomic_add(hit_count, int64_t(1));
 }
 
 // set_prediction: one thread per key; keys must be distinct (the caller keeps the last
@@ -238,6 +242,53 @@ LCR_WARP_FN int64_t laru_victim(W& w, const SlabTable& t, const WarpSlabset& set
     return victim;
 }
 
+// What one insertion did: the slot taken (-1: bypassed, the slabset holds only pinned
+// keys) and the key it evicted (kEmptyKey: none).
+struct Inserted {
+    int64_t slot;
+    int64_t evicted;
+};
+
+// insert_key: one warp inserts one missing key into its slabset with recency `stamp`;
+// every lane returns the same outcome. Keys of one slabset must be inserted in batch
+// order, one after the other (the warp's second sync makes each see the last one's writes).
+template <class W>
+LCR_WARP_FN Inserted insert_key(W& w, const SlabTable& t, int64_t key, int64_t stamp, int64_t clock) {
+    const int lane = w.lane();
+    const uint32_t index = slabset_of(key, t.num_slabsets);
+    const int64_t base = int64_t(index) * kSlabsetSlots;
+    const unsigned free0 = w.ballot(t.keys[base + lane] == kEmptyKey);
+    const unsigned free1 = w.ballot(t.keys[base + kSlabSlots + lane] == kEmptyKey);
+    int64_t slot = -1, victim_key = kEmptyKey;
+    if (free0 || free1) {
+        slot = free0 ? base + lowest_lane(free0) : base + kSlabSlots + lowest_lane(free1);
+    } else {
+        const WarpSlabset set(w, t, index, clock);
+        if (set.evictable_count > 0) {
+            switch (t.policy) {
+                case kLru: slot = set.oldest(w); break;
+                case kFpb: slot = set.predicted_victim(w, t, set.evictable_count); break;
+                case kHf: slot = set.predicted_victim(w, t, imin(t.hf_window, set.evictable_count)); break;
+                default: slot = laru_victim(w, t, set, index, key); break;
+            }
+            victim_key = t.keys[slot];
+        }
+    }
+    w.sync();  // every lane has read the slabset before lane 0 changes it
+    if (lane == 0 && slot >= 0) {
+        if (t.old[slot]) {
+            t.old[slot] = 0;
+            t.old_count[index] -= 1;
+        }
+        t.keys[slot] = key;
+        t.tags[slot] = tag_of(key);
+        t.stamps[slot] = stamp;
+        t.predictions[slot] = INFINITY;
+    }
+    w.sync();  // the next miss of this slabset must see this one's writes
+    return Inserted{slot, victim_key};
+}
+
 // insert_group: one warp per slabset group. members[starts[g] .. starts[g + 1]) index
 // the batch's distinct missing keys of one slabset, in batch order; `first` holds each
 // key's first position, so its stamp is stamp_base + first (stamp_base = clock + N).
@@ -245,45 +296,13 @@ template <class W>
 LCR_WARP_FN void insert_group(W& w, const SlabTable& t, const int64_t* keys, const int64_t* first,
                               const int64_t* members, const int64_t* starts, int64_t g, int64_t clock,
                               int64_t stamp_base, int64_t* slots, int64_t* evicted) {
-    const int lane = w.lane();
     for (int64_t m = starts[g]; m < starts[g + 1]; ++m) {
         const int64_t i = members[m];
-        const int64_t key = keys[i];
-        const uint32_t index = slabset_of(key, t.num_slabsets);
-        const int64_t base = int64_t(index) * kSlabsetSlots;
-        const unsigned free0 = w.ballot(t.keys[base + lane] == kEmptyKey);
-        const unsigned free1 = w.ballot(t.keys[base + kSlabSlots + lane] == kEmptyKey);
-        int64_t slot = -1, victim_key = kEmptyKey;
-        if (free0 || free1) {
-            slot = free0 ? base + lowest_lane(free0) : base + kSlabSlots + lowest_lane(free1);
-        } else {
-            const WarpSlabset set(w, t, index, clock);
-            if (set.evictable_count > 0) {
-                switch (t.policy) {
-                    case kLru: slot = set.oldest(w); break;
-                    case kFpb: slot = set.predicted_victim(w, t, set.evictable_count); break;
-                    case kHf: slot = set.predicted_victim(w, t, imin(t.hf_window, set.evictable_count)); break;
-                    default: slot = laru_victim(w, t, set, index, key); break;
-                }
-                victim_key = t.keys[slot];
-            }
+        const Inserted done = insert_key(w, t, keys[i], stamp_base + first[i], clock);
+        if (w.lane() == 0) {
+            slots[i] = done.slot;  // -1: bypassed, served from the store only
+            evicted[i] = done.evicted;
         }
-        w.sync();  // every lane has read the slabset before lane 0 changes it
-        if (lane == 0) {
-            if (slot >= 0) {
-                if (t.old[slot]) {
-                    t.old[slot] = 0;
-                    t.old_count[index] -= 1;
-                }
-                t.keys[slot] = key;
-                t.tags[slot] = tag_of(key);
-                t.stamps[slot] = stamp_base + first[i];
-                t.predictions[slot] = INFINITY;
-            }
-            slots[i] = slot;  // -1: bypassed, served from the store only
-            evicted[i] = victim_key;
-        }
-        w.sync();  // the next miss of this slabset must see this one's writes
     }
 }
 

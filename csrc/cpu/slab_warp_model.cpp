@@ -2,15 +2,18 @@
 // the warp model (warp_model.h): lcr._native.warp_model, with the signatures of lcr._cuda's
 // slab_* functions so that lcr.embedding.cache drives both the same way (stream and
 // device are accepted and ignored). Each launch draws its schedule from the module's
-// seed (set_seed), so a failure replays exactly.
+// seed (set_seed), so a failure replays exactly. slab_fused_sls runs the fused SLS
+// (csrc/common/slab_fused.h) the same way.
 #include <pybind11/pybind11.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <random>
 #include <stdexcept>
 #include <string>
 
 #include "common/slab_engine_py.h"
+#include "common/slab_fused_py.h"
 #include "common/slab_kernels.h"
 #include "common/slab_table_py.h"
 #include "cpu/registry.h"
@@ -72,6 +75,25 @@ void slab_set_predictions(const py::tuple& view, uintptr_t keys, uintptr_t value
     });
 }
 
+// A few warps for the insert, so that each one walks the grid-stride loop over slabsets.
+constexpr int64_t kModelInsertWarps = 6;
+
+void slab_fused_sls(const py::tuple& view, const py::tuple& batch, uintptr_t, int) {
+    namespace f = slab_fused;
+    const SlabTable t = slab_table_from(view);
+    const f::FusedBatch b = fused_batch_from(batch);
+    std::fill(b.counters, b.counters + f::kCounters, int64_t(0));
+    f::with_row_format(b, f::piece_bytes(b), [&](auto element, auto piece) {
+        using E = decltype(element);
+        constexpr int kBytes = decltype(piece)::value;
+        WarpModel pool = next_model();
+        pool.launch(b.bags, [&](HostWarp& w, int64_t bag) { f::pool_bag<HostWarp, E, kBytes>(w, t, b, bag); });
+        const int64_t warps = std::min(f::touched_capacity(b.n, t.num_slabsets), kModelInsertWarps);
+        WarpModel insert = next_model();
+        insert.launch(warps, [&](HostWarp& w, int64_t warp) { f::insert_misses<HostWarp, kBytes>(w, t, b, warp, warps); });
+    });
+}
+
 // Deliberately broken warp code, to show the model stops at each kind of undefined
 // behaviour it claims to detect ("ok" runs a correct collective).
 void selftest(const std::string& kind) {
@@ -103,6 +125,7 @@ void register_slab_warp_model(py::module_& m) {
     sub.def("set_seed", [](uint64_t seed) { schedules().seed(seed); }, py::arg("seed"),
             "Seed the random warp and lane schedules of the following launches.");
     def_slab_engine(sub, &slab_probe, &slab_refresh, &slab_insert_groups, &slab_set_predictions);
+    def_slab_fused(sub, &slab_fused_sls);
     sub.def("selftest", &selftest, py::arg("kind"), "Run deliberately broken warp code (the model must abort).");
 }
 

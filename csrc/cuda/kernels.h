@@ -7,6 +7,10 @@
 #include "common/slab_table.h"
 
 namespace lcr {
+namespace slab_fused {
+struct FusedBatch;
+}  // namespace slab_fused
+
 cudaError_t launch_slabsets_of(const int64_t* keys, int64_t n, uint32_t num_slabsets, uint32_t* out,
                                cudaStream_t stream);
 
@@ -23,6 +27,8 @@ cudaError_t launch_slab_set_predictions(const SlabTable& t, const int64_t* keys,
                                         cudaStream_t stream);
 cudaError_t launch_slab_gather(const void* rows, int64_t row_bytes, const int64_t* slot_of, int64_t n, void* out,
                                cudaStream_t stream);
+// The fused SLS of one batch (csrc/common/slab_fused.h); the caller zeroes b.counters first.
+cudaError_t launch_slab_fused_sls(const SlabTable& t, const slab_fused::FusedBatch& b, cudaStream_t stream);
 cudaError_t launch_slabsets_of_device(const int64_t* keys, int64_t n, uint32_t num_slabsets, int32_t* out,
                                       cudaStream_t stream);
 }  // namespace lcr

@@ -4,8 +4,10 @@
 // (csrc/cpu/slab_warp_model.cpp); this file only maps items to warps or threads.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 
+#include "common/slab_fused.h"
 #include "common/slab_kernels.h"
 #include "cuda/cuda_warp.cuh"
 #include "cuda/kernels.h"
@@ -57,6 +59,25 @@ __global__ void gather_kernel(const Chunk* rows, int64_t chunks_per_row, const i
     const int64_t slot = slot_of[p];
     out[i] = slot >= 0 ? rows[slot * chunks_per_row + (i - p * chunks_per_row)] : Chunk{};
 }
+
+// The fused SLS (csrc/common/slab_fused.h): a warp per bag, then a warp per slabset with
+// misses, grid-stride over the device's count of them.
+template <class E, int Bytes>
+__global__ void fused_pool_kernel(SlabTable t, slab_fused::FusedBatch b) {
+    const int64_t bag = global_warp();
+    if (bag >= b.bags) return;  // warp-uniform
+    CudaWarp w;
+    slab_fused::pool_bag<CudaWarp, E, Bytes>(w, t, b, bag);
+}
+
+template <int Bytes>
+__global__ void fused_insert_kernel(SlabTable t, slab_fused::FusedBatch b) {
+    CudaWarp w;
+    slab_fused::insert_misses<CudaWarp, Bytes>(w, t, b, global_warp(), int64_t(gridDim.x) * kWarpsPerBlock);
+}
+
+// Enough insert warps to fill a large GPU; an all-hit batch's insert exits at once.
+constexpr int64_t kFusedInsertWarps = 8192;
 
 unsigned blocks_for_warps(int64_t warps) {
     return static_cast<unsigned>((warps + kWarpsPerBlock - 1) / kWarpsPerBlock);
@@ -112,6 +133,17 @@ cudaError_t launch_slab_gather(const void* rows, int64_t row_bytes, const int64_
     if (aligned(4)) return launch_gather<uint32_t>(rows, row_bytes, slot_of, n, out, stream);
     if (aligned(2)) return launch_gather<uint16_t>(rows, row_bytes, slot_of, n, out, stream);
     return launch_gather<uint8_t>(rows, row_bytes, slot_of, n, out, stream);
+}
+
+cudaError_t launch_slab_fused_sls(const SlabTable& t, const slab_fused::FusedBatch& b, cudaStream_t stream) {
+    return slab_fused::with_row_format(b, slab_fused::piece_bytes(b), [&](auto element, auto piece) {
+        using E = decltype(element);
+        constexpr int kBytes = decltype(piece)::value;
+        if (b.bags > 0) fused_pool_kernel<E, kBytes><<<blocks_for_warps(b.bags), kThreads, 0, stream>>>(t, b);
+        const int64_t warps = std::min(slab_fused::touched_capacity(b.n, t.num_slabsets), kFusedInsertWarps);
+        if (warps > 0) fused_insert_kernel<kBytes><<<blocks_for_warps(warps), kThreads, 0, stream>>>(t, b);
+        return cudaGetLastError();
+    });
 }
 
 cudaError_t launch_slab_set_predictions(const SlabTable& t, const int64_t* keys, const double* values, int64_t n,

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "common/slab_engine_py.h"
+#include "common/slab_fused_py.h"
 #include "common/slab_kernels.h"
 #include "common/slab_table_py.h"
 #include "cuda/kernels.h"
@@ -103,10 +104,32 @@ void slabsets_of_device(uintptr_t keys, int64_t n, uint32_t num_slabsets, uintpt
           "slabsets_of kernel");
 }
 
+// The device's address of a table in pinned host memory (the same address under unified
+// addressing); a pageable table cannot be read by the GPU.
+const void* device_address_of_host(const void* host) {
+    void* device = nullptr;
+    if (cudaHostGetDevicePointer(&device, const_cast<void*>(host), 0) != cudaSuccess) {
+        cudaGetLastError();  // not sticky: clear it
+        throw std::invalid_argument("the store's table is not in pinned host memory (HostStore(table, pin=True))");
+    }
+    return device;
+}
+
+void slab_fused_sls(const py::tuple& view, const py::tuple& batch, uintptr_t stream, int device) {
+    const DeviceGuard guard(device);
+    const SlabTable t = slab_table_from(view);
+    slab_fused::FusedBatch b = fused_batch_from(batch);
+    if (b.table_rows > 0) b.table = device_address_of_host(b.table);
+    const cudaStream_t s = as_stream(stream);
+    check(cudaMemsetAsync(b.counters, 0, slab_fused::kCounters * sizeof(int64_t), s), "slab_fused_sls counters reset");
+    check(launch_slab_fused_sls(t, b, s), "slab_fused_sls kernels");
+}
+
 }  // namespace
 
 void register_slab_cache(py::module_& m) {
     def_slab_engine(m, &slab_probe, &slab_refresh, &slab_insert_groups, &slab_set_predictions);
+    def_slab_fused(m, &slab_fused_sls);
     m.def("slab_gather", &slab_gather, py::arg("rows"), py::arg("row_bytes"), py::arg("slot_of"), py::arg("n"),
           py::arg("out"), py::arg("stream"), py::arg("device"),
           "out row p = rows[slot_of[p]] (row_bytes each), zeros where slot_of[p] < 0; device pointers.");
