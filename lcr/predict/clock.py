@@ -48,8 +48,6 @@ under its observe lock).
 from __future__ import annotations
 
 import contextlib
-import math
-import operator
 import time
 from typing import NamedTuple
 
@@ -68,50 +66,6 @@ class Taken(NamedTuple):
     mask: np.ndarray      # per input time: taken (True) or refused
     times: np.ndarray     # the taken times as stamped (int64, in order)
     restarted: bool       # the clock restarted from this batch: forget state of the old clock
-
-
-def as_int64(value, what: str = "time") -> int:
-    """``value`` as a Python int in the int64 range: an integer, or a float holding one.
-    TypeError for other types; LcrInputError for NaN, inf, fractions and values beyond
-    int64. Which times are allowed (no negatives, no jumps) is the clock's rule, not this."""
-    if type(value) is int and -INT64_MAX - 1 <= value <= INT64_MAX:  # the common case, quickly
-        return value
-    if isinstance(value, (float, np.floating)):
-        if not math.isfinite(value) or value != int(value):
-            raise LcrInputError(f"{what} must be an integer, got {value!r}")
-        value = int(value)
-    else:
-        try:
-            value = operator.index(value)
-        except TypeError:
-            raise TypeError(f"{what} must be an integer, got {type(value).__name__}") from None
-    if not -INT64_MAX - 1 <= value <= INT64_MAX:
-        raise LcrInputError(f"{what} {value} is outside the 64-bit integer range")
-    return value
-
-
-def as_times(values, what: str = "times") -> np.ndarray:
-    """``values`` as a 1-D int64 array (each as ``as_int64`` takes it); LcrInputError
-    otherwise."""
-    try:
-        array = np.asarray(values)
-    except (TypeError, ValueError, OverflowError) as err:  # ragged nesting, ints beyond any dtype
-        raise LcrInputError(f"{what} must be a 1-D sequence of integers ({err})") from None
-    if array.ndim != 1:
-        raise LcrInputError(f"{what} must be a 1-D sequence of integers, got shape {array.shape}")
-    if not array.size:
-        return np.zeros(0, dtype=np.int64)
-    if array.dtype.kind == "f":
-        if not np.isfinite(array).all() or not (array == np.floor(array)).all():
-            raise LcrInputError(f"{what} must be integers; got NaN, inf or a fraction")
-        if not (-2.0 ** 63 <= array.min() and array.max() < 2.0 ** 63):
-            raise LcrInputError(f"{what} must lie in the 64-bit integer range")
-    elif array.dtype.kind == "u":
-        if array.max() > INT64_MAX:
-            raise LcrInputError(f"{what} must lie in the 64-bit integer range")
-    elif array.dtype.kind != "i":
-        raise LcrInputError(f"{what} must be integers, got dtype {array.dtype}")
-    return array.astype(np.int64, copy=False)
 
 
 class _Walk(NamedTuple):
@@ -233,4 +187,4 @@ class StreamClock:
         return True
 
 
-__all__ = ["DEFAULT_CLOCK_RESTART_S", "DEFAULT_MAX_TIME_JUMP", "StreamClock", "Taken", "as_int64", "as_times"]
+__all__ = ["DEFAULT_CLOCK_RESTART_S", "DEFAULT_MAX_TIME_JUMP", "StreamClock", "Taken"]

@@ -47,8 +47,6 @@ at a time (``_fit_lock``).
 from __future__ import annotations
 
 import logging
-import math
-import numbers
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -60,7 +58,8 @@ import numpy as np
 from lcr.errors import LcrInputError
 from lcr.predict.base import Predictor
 from lcr.predict.boundary import belady_boundary
-from lcr.predict.clock import DEFAULT_CLOCK_RESTART_S, DEFAULT_MAX_TIME_JUMP, StreamClock, as_int64, as_times
+from lcr.predict.base import int64_keys, int64_value, time_value
+from lcr.predict.clock import DEFAULT_CLOCK_RESTART_S, DEFAULT_MAX_TIME_JUMP, StreamClock
 from lcr.predict.features import FeatureConfig, FeatureStore
 from lcr.predict.forest import BoosterMean, compile_booster
 from lcr.predict.labels import SampledHistory
@@ -227,10 +226,10 @@ class LightGBMPredictor(Predictor):
 
     # -- access path -------------------------------------------------------------------
     def observe(self, key: int, t: int, static: Sequence[float] | None = None) -> None:
-        """Record an access. ``key`` and ``t`` are integers (TypeError/LcrInputError
-        otherwise); a time the clock refuses (negative, or too far ahead) raises
-        LcrInputError and changes nothing but the clock's counters."""
-        key, t = as_int64(key, "key"), as_int64(t, "time")
+        """Record an access. ``key`` and ``t`` are int64 integers (LcrInputError otherwise,
+        ``lcr.predict.base.int64_value``); a time the clock refuses (negative, or too far
+        ahead) raises LcrInputError and changes nothing but the clock's counters."""
+        key, t = int64_value(key, "key"), int64_value(t, "time")
         if static is not None:
             static = self._checked_static(static)
         with self._observe_lock:
@@ -247,7 +246,7 @@ class LightGBMPredictor(Predictor):
         """Record a batch in order. Times the clock refuses are dropped and counted
         (``metrics``: ``times_negative``, ``times_ahead``); returns how many were taken and
         refused. Bad arrays (shape, dtype, lengths) raise before anything is recorded."""
-        keys, times = validate_keys(keys), as_times(times)
+        keys, times = int64_keys(keys), int64_keys(times, "times")
         if len(keys) != len(times):
             raise LcrInputError(f"observations need as many times as keys, got {len(keys)} keys and "
                                 f"{len(times)} times")
@@ -444,10 +443,11 @@ class LightGBMPredictor(Predictor):
 
     # -- prediction ----------------------------------------------------------------------
     def predict(self, keys: Sequence[int] | np.ndarray, now: int) -> np.ndarray:
-        """Predicted next-access times of ``keys`` (NaN: unknown). ``now`` must be a finite
-        number (answers do not depend on it: they follow from each key's latest access)."""
-        keys = validate_keys(keys)
-        check_now(now)
+        """Predicted next-access times of ``keys`` (NaN: unknown). ``now`` is a time, as
+        for ``RemotePredictor`` (answers do not depend on it: they follow from each key's
+        latest access)."""
+        keys = int64_keys(keys)
+        time_value(now, "now")
         out = np.full(len(keys), np.nan)
         model = self._model
         if model is None or len(keys) == 0:
@@ -509,22 +509,4 @@ class LightGBMPredictor(Predictor):
             return before - len(self.features)
 
 
-def validate_keys(keys) -> np.ndarray:
-    """Keys as a 1-D int64 array; a clear error for anything else (2-D, NaN, fractions,
-    other dtypes, values beyond int64): the one rule, ``lcr.predict.clock.as_times``."""
-    return as_times(keys, "keys")
-
-
-def check_now(now) -> None:
-    """``now`` of a prediction: a finite number (TypeError/LcrInputError otherwise)."""
-    if isinstance(now, (str, bytes)) or not isinstance(now, numbers.Real):
-        raise TypeError(f"now must be a number, got {type(now).__name__}")
-    try:
-        finite = math.isfinite(now)
-    except OverflowError:  # an int beyond any float
-        finite = False
-    if not finite:
-        raise LcrInputError(f"now must be a finite number, got {now!r:.40}")
-
-
-__all__ = ["LightGBMConfig", "LightGBMPredictor", "check_now", "validate_keys"]
+__all__ = ["LightGBMConfig", "LightGBMPredictor"]
