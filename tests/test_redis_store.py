@@ -172,3 +172,67 @@ def test_the_password_never_appears(tmp_path, capsys):
     finally:
         server.kill()
         server.wait(10)
+
+
+# Issue 39, item 3: the layout record is checked by every load and fetch batch, atomically --------
+def layout_error(err) -> str:
+    text = str(err.value)
+    assert "\n" not in text
+    return text
+
+
+def test_two_layouts_on_one_empty_prefix_cannot_both_write(redis_url):
+    """Both open the empty prefix (the check at construction passes for both); the first
+    load claims it, the second is refused before it writes a row, and each store reads only
+    rows written in its own layout. float32 x 16 and float16 x 32 rows have the same size."""
+    url, _ = redis_url
+    first, second = RedisStore(url, 16), RedisStore(url, 32, dtype="float16")
+    table = np.random.default_rng(5).standard_normal((40, 16)).astype(np.float32)
+    first.load(table)
+    with pytest.raises(StoreError) as err:
+        second.load(np.ones((40, 32), dtype=np.float16))
+    text = layout_error(err)
+    assert "'lcr:row:'" in text and "dim=16,dtype=float32" in text and "dim=32,dtype=float16" in text
+    assert np.array_equal(first.fetch(torch.arange(40)).numpy(), table)  # not overwritten
+    with pytest.raises(StoreError, match="dim=16,dtype=float32.*dim=32,dtype=float16"):
+        second.fetch(torch.arange(3))
+
+
+def test_a_reader_opened_before_another_layout_was_loaded_refuses_its_rows(redis_url):
+    url, _ = redis_url
+    reader = RedisStore(url, 16)  # the prefix is empty: nothing to refuse yet
+    RedisStore(url, 32, dtype="float16").load(np.zeros((10, 32), dtype=np.float16))
+    cache = lcr.SlabHashCache(1, 16)
+    with pytest.raises(StoreError, match="dim=32,dtype=float16") as err:
+        lcr.sls(cache, reader, torch.arange(10), lengths=torch.tensor([10]))
+    layout_error(err)
+    assert cache.cached_keys() == set() and cache.clock == 0  # the cache is as it was
+
+
+def test_racing_loads_of_two_layouts_leave_one_layout(redis_url):
+    """Two threads load many chunks into one empty prefix at once: exactly one load is
+    refused, and every row there is the winner's."""
+    import threading
+
+    url, _ = redis_url
+    stores = [RedisStore(url, 8, batch=100), RedisStore(url, 16, dtype="float16", batch=100)]
+    tables = [np.full((3000, 8), 1.5, np.float32), np.full((3000, 16), -2.0, np.float16)]
+    barrier, errors = threading.Barrier(2), [None, None]
+
+    def load(i):
+        barrier.wait()
+        try:
+            stores[i].load(tables[i], chunk=50)
+        except StoreError as err:
+            errors[i] = err
+
+    threads = [threading.Thread(target=load, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sum(e is not None for e in errors) == 1, errors
+    winner = errors.index(None)
+    assert np.array_equal(stores[winner].fetch(torch.arange(3000)).numpy(), tables[winner])
+    with pytest.raises(StoreError, match="written as"):
+        stores[1 - winner].fetch(torch.arange(5))
