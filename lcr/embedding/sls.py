@@ -4,7 +4,10 @@
 offsets, or 2-D indices, one bag per row; ``mode``; ``per_sample_weights``;
 ``include_last_offset``) or lcr's SparseLengthsSum form (``lengths``), refuses exactly what
 embedding_bag refuses (``read_bags``), and returns the tensor embedding_bag returns on the
-full table.
+full table. Where embedding_bag (torch 2.13, CPU) contradicts its documentation and its own
+sum mode, lcr.sls follows them: decreasing offsets are refused in max mode too, a last
+offset short of the indices ends the last bag in mean and max mode too, and max with no
+bag answers [0, dim] (embedding_bag crashes); tests/test_sls_validation.py states each.
 
 Stages (timed when ``timings`` is given, each closed by a device sync on CUDA):
   query   check the arguments, deduplicate the batch and locate its keys in the cache
