@@ -75,11 +75,18 @@ class Server:
         with urllib.request.urlopen(request, timeout=5) as response:
             return json.loads(response.read())
 
-    def wait_observed(self, count: int, timeout: float = 20.0) -> None:
+    def wait_observed(self, count: int, timeout: float = 20.0, stale_too: bool = False) -> None:
+        """Until the model has taken ``count`` observations in all; ``stale_too`` also counts
+        those it dropped as older than their key's latest access (clients racing on one
+        key: lcr.predict.clock)."""
         deadline = time.monotonic() + timeout
-        while (observed := self.metrics()["observed"]) < count:
+        while (observed := self.arrived(stale_too)) < count:
             assert time.monotonic() < deadline, f"the model saw {observed} of {count} observations"
             time.sleep(0.02)
+
+    def arrived(self, stale_too: bool = False) -> int:
+        metrics = self.metrics()
+        return metrics["observed"] + (metrics.get("times_stale", 0) if stale_too else 0)
 
     def kill_model(self) -> None:
         os.kill(self.metrics()["model_pid"], signal.SIGKILL)

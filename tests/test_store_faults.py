@@ -108,10 +108,12 @@ def test_host_store_fetch_answers_rows_or_refuses_in_one_line(data, rows, dtype)
     assert_fetch(store, [rows - 1, 0], [rows - 1, 0], table.numpy())  # a later good call
 
 
-@pytest.mark.xfail(strict=True, reason="row_ids (lcr/embedding/cache.py) reads [] as float32 and "
-                                      "refuses it; reported to the owner of cache.py")
-def test_an_empty_list_of_keys_fetches_no_rows():
+def test_an_empty_list_of_keys_fetches_no_rows_and_finds_no_keys():
     assert HostStore(torch.zeros(3, 2), pin=False).fetch([]).shape == (0, 2)
+    from lcr import SlabHashCache
+
+    cache = SlabHashCache(1, 2)
+    assert cache.find([]).missing_keys.numel() == 0 and cache.access([]).keys.numel() == 0
 
 
 @pytest.mark.parametrize("table, error", [

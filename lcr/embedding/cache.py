@@ -214,6 +214,8 @@ def row_ids(values, name: str) -> torch.Tensor:
     except (OverflowError, RuntimeError, TypeError, ValueError) as err:
         raise ValueError(f"{name} must be integer row ids within int64: "
                          f"{str(err).splitlines()[0]}") from None
+    if tensor.numel() == 0:  # [] reads as float32: no values, nothing to refuse
+        return tensor.to(torch.int64).flatten()
     if tensor.dtype == torch.bool or tensor.dtype.is_floating_point or tensor.dtype.is_complex:
         raise TypeError(f"{name} must be integers, got {tensor.dtype}")
     if tensor.dtype == torch.uint64 and tensor.numel() and bool((tensor.view(torch.int64) < 0).any()):

@@ -7,6 +7,7 @@ and handed to uvicorn, so a port in use or a host that does not resolve is repor
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import math
 import os
@@ -14,8 +15,7 @@ import socket
 import sys
 
 from lcr.errors import LcrInputError
-
-TOKEN_ENV = "LCR_PREDICTOR_TOKEN"
+from lcr.predict.token import TOKEN_ENV, check_token, read_token_file
 
 
 def register(subparsers) -> None:
@@ -102,35 +102,24 @@ def service_model_config(args):
 
 def resolve_token(args) -> "str | None":
     """The bearer token: from --token-file, $LCR_PREDICTOR_TOKEN or --token (one of them);
-    None when none is given. Empty, or not printable ASCII, is an error naming the source."""
+    None when none is given. Checked by the client's rule (``lcr.predict.token``): empty,
+    or not one word of printable ASCII, is an error naming the source."""
     if args.token is not None and args.token_file is not None:
         raise LcrInputError("give --token or --token-file, not both")
     if args.token_file is not None:
-        source = "--token-file"
-        try:
-            with open(args.token_file, encoding="utf-8") as handle:
-                token = handle.read(4096).strip()
-                shared = os.fstat(handle.fileno()).st_mode & 0o077
-        except (OSError, UnicodeDecodeError) as err:
-            raise LcrInputError(f"--token-file: cannot read it ({getattr(err, 'strerror', None) or err})",
-                                source=args.token_file) from None
-        if shared:
-            print(f"lcr serve-predictor: warning: --token-file {args.token_file} is readable by other users; "
-                  "chmod 600 it", flush=True)
-    elif args.token is not None:
-        source, token = "--token", args.token
+        token = check_token(read_token_file(args.token_file, "--token-file"), f"--token-file {args.token_file}")
+        with contextlib.suppress(OSError):
+            if os.stat(args.token_file).st_mode & 0o077:
+                print(f"lcr serve-predictor: warning: --token-file {args.token_file} is readable by other "
+                      "users; chmod 600 it", flush=True)
+        return token
+    if args.token is not None:
         print("lcr serve-predictor: warning: --token on the command line is visible to other local users "
               f"(ps); prefer --token-file PATH or ${TOKEN_ENV}", flush=True)
-    elif TOKEN_ENV in os.environ:
-        source, token = f"${TOKEN_ENV}", os.environ[TOKEN_ENV]
-    else:
-        return None
-    if not token.strip():
-        raise LcrInputError(f"{source}: the token is empty; give a token, or none at all (loopback only)")
-    if not all("!" <= ch <= "~" for ch in token):
-        raise LcrInputError(f"{source}: the token must be printable ASCII without spaces "
-                            "(it travels in an HTTP header)")
-    return token
+        return check_token(args.token, "--token")
+    if TOKEN_ENV in os.environ:
+        return check_token(os.environ[TOKEN_ENV], f"${TOKEN_ENV}")
+    return None
 
 
 def check_tls(certfile: "str | None", keyfile: "str | None") -> None:

@@ -7,8 +7,8 @@ line, where every local user can read it in ``ps``.
 
 A token that is given but empty (or only whitespace) is a configuration error, not "no
 token": a service started so would refuse every client, and a client so would send no
-header and be refused. So is one with characters other than printable ASCII (a line
-break would end the HTTP header early). Each error is one line naming where the token came from.
+header and be refused. So is one with characters other than printable ASCII or with
+spaces (a line break would end the HTTP header early; ``Bearer`` takes one word). Each error is one line naming where the token came from.
 """
 from __future__ import annotations
 
@@ -33,13 +33,14 @@ def resolve_token(token: "str | None" = None, token_file: "str | os.PathLike | N
     return None
 
 
-def read_token_file(path: "str | os.PathLike") -> str:
+def read_token_file(path: "str | os.PathLike", name: str = "token file") -> str:
+    """The file's text; ``name`` is how errors call the file's source (e.g. a flag)."""
     try:
         with open(path, encoding="utf-8") as handle:
             return handle.read(1 << 16)
     except (OSError, UnicodeDecodeError) as err:
         reason = err.strerror if isinstance(err, OSError) and err.strerror else type(err).__name__
-        raise LcrInputError(f"token file {os.fspath(path)}: cannot read it ({reason})") from None
+        raise LcrInputError(f"{name} {os.fspath(path)}: cannot read it ({reason})") from None
 
 
 def check_token(token, source: str) -> str:
@@ -49,8 +50,9 @@ def check_token(token, source: str) -> str:
     token = token.strip()
     if not token:
         raise LcrInputError(f"{source}: token is empty (pass None, or nothing, for a service without a token)")
-    if not all(" " <= c <= "~" for c in token):  # an HTTP header carries printable ASCII only
-        raise LcrInputError(f"{source}: token must be printable ASCII (no control or non-ASCII characters)")
+    if not all("!" <= c <= "~" for c in token):  # one word of printable ASCII in an HTTP header
+        raise LcrInputError(f"{source}: token must be printable ASCII without spaces (it travels in "
+                            "an HTTP header)")
     return token
 
 
