@@ -2,7 +2,8 @@
 
 A lookup trace (DLRM locality-shaped, synthetic Zipf, or a trace file mapped onto dense
 row ids) is cut into bags of ``pooling`` lookups and batches of ``batch_size`` bags. For
-every cache ratio (cache slots / distinct keys), batch size and policy a fresh cache
+every cache ratio (cache slots / ``cache_base``: a generated table's rows, a trace's
+distinct keys), batch size and policy a fresh cache
 replays ``warmup`` untimed batches, then ``batches`` timed ones, back to back: on a GPU
 one synchronisation before and one after them, none per batch or per stage (``profile``
 runs the same batches again with a synchronisation after each stage, for the breakdown).
@@ -58,6 +59,11 @@ class SlsWorkload:
     rows: int                         # table rows (>= every id + 1)
     distinct: int                     # distinct ids in the trace
     pooling: int
+    cache_base: int = 0               # what cache ratios are fractions of (0: distinct)
+
+    @property
+    def cache_rows(self) -> int:
+        return self.cache_base or self.distinct
 
 
 def batches_of(workload: SlsWorkload, batch_size: int, count: int):
@@ -145,7 +151,7 @@ def run_one(workload: SlsWorkload, store, policy: str, cache_ratio: float, batch
             dim: int, dtype, device: str, make_model: Callable | None, warmup: int,
             batches: int, profile: bool = False) -> SlsBenchResult:
     """One cell: ``make_model()`` builds the predictor's model (None: no predictions)."""
-    cache = SlabHashCache.for_capacity(cache_ratio * workload.distinct, dim, dtype=dtype,
+    cache = SlabHashCache.for_capacity(cache_ratio * workload.cache_rows, dim, dtype=dtype,
                                        policy=policy, device=device)
     predictor = BatchPredictor(make_model()) if make_model is not None and policy != "lru" else None
     work = [(start, indices.to(device), lengths.to(device))

@@ -79,7 +79,8 @@ def register(subparsers) -> None:
     p.add_argument("--pooling", type=int, default=50, help="lookups per sample")
     p.add_argument("--batch-sizes", default="128,512,2048")
     p.add_argument("--cache-ratio", default="0.01,0.02,0.03",
-                   help="cache slots as a fraction of the distinct keys")
+                   help="cache slots as a fraction of the table's rows (dlrm, zipf) or of a trace "
+                        "file's distinct keys")
     p.add_argument("--policies", default=",".join(POLICIES))
     p.add_argument("--predictor", default="oracle", help="oracle, noisy:P, lightgbm or lightgbm-weak")
     p.add_argument("--store", default="host", help="host, or a redis URL (redis://..., unix://...)")
@@ -124,7 +125,9 @@ def load_workload(args):
         _, lookups = np.unique(load_trace(args.trace).keys, return_inverse=True)
         rows = int(lookups.max()) + 1
     lookups = np.ascontiguousarray(lookups, dtype=np.int64)
-    return SlsWorkload(lookups, rows, int(len(np.unique(lookups))), args.pooling)
+    generated = args.trace.split(":", 1)[0] in ("dlrm", "zipf")
+    return SlsWorkload(lookups, rows, int(len(np.unique(lookups))), args.pooling,
+                       cache_base=rows if generated else 0)
 
 
 def make_store(args, rows: int):
@@ -167,7 +170,7 @@ def check_args(args: argparse.Namespace) -> tuple[list[str], list[float], list[i
     ratios = _list(args.cache_ratio, float, "--cache-ratio")
     bad = [r for r in ratios if not (math.isfinite(r) and 0 < r <= 1)]
     if bad:
-        raise LcrInputError(f"--cache-ratio: {bad[0]} is not a fraction of the distinct keys in (0, 1]")
+        raise LcrInputError(f"--cache-ratio: {bad[0]} is not a fraction in (0, 1]")
     sizes = _list(args.batch_sizes, int, "--batch-sizes")
     for flag, values, low in (("--batch-sizes", sizes, 1), ("--table-rows", [table_rows(args)], 1),
                               ("--dim", [args.dim], 1), ("--pooling", [args.pooling], 1),
