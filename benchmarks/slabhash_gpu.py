@@ -14,6 +14,13 @@
 2. lcr.sls when every row is cached vs embedding_bag on a resident table (target >= 0.9x),
    for each batch size of --batches (bags of 50 lookups, dim 128), interleaved rounds,
    median and spread.
+3. The fused SLS (lcr.embedding.fused, issue 37) against embedding_bag on a resident table,
+   same run, same batches: on all-hit batches (targets >= 0.9x at 2,048 bags, >= 1.0x at
+   65,536), timed both through its entry ``fused_sls`` (arguments read and checked every
+   call) and through ``fused_pool`` (the kernels, arguments read once); and with
+   --miss-rate of the lookups (default 1%) missing to the pinned host table, each miss a
+   row never seen before (target >= 0.6x), with the bytes read from host memory and the
+   time they take at the measured host-to-device bandwidth.
 Fails (exit 1) without a GPU, and raises when torch sees one that lcr._cuda does not.
 """
 from __future__ import annotations
@@ -132,6 +139,108 @@ def sls_on_hits(resident, batch=2048, pooling=50, rounds=7, repeat=20):
                 speed_vs_embedding_bag_range=[min(ratios), max(ratios)])
 
 
+def interleaved(ours: dict, baseline, rounds: int, repeat: int) -> dict:
+    """Time each of ``ours`` (name -> call) and ``baseline`` in interleaved rounds, so drift
+    hits all alike; per name: median ms, range and the speed relative to the baseline."""
+    times = {name: [] for name in (*ours, "embedding_bag")}
+    for _ in range(rounds):
+        for name, fn in ours.items():
+            times[name].append(timed(fn, repeat))
+        times["embedding_bag"].append(timed(baseline, repeat))
+    out = {}
+    for name, spans in times.items():
+        ratios = [b / o for o, b in zip(spans, times["embedding_bag"])]
+        out[name] = dict(ms_median=1e3 * statistics.median(spans),
+                         ms_range=[1e3 * min(spans), 1e3 * max(spans)],
+                         speed_vs_embedding_bag_median=statistics.median(ratios),
+                         speed_vs_embedding_bag_range=[min(ratios), max(ratios)])
+    return out
+
+
+def fused_on_hits(resident, batch=2048, pooling=50, rounds=7, repeat=20):
+    """The fused SLS on an all-hit batch against embedding_bag on the resident table."""
+    import torch
+    import torch.nn.functional as F
+    from lcr.embedding import fused
+    from lcr.embedding.sls import read_bags
+    cache, store, weight = resident
+    rows, dim = weight.shape
+    indices = torch.randint(0, rows, (batch * pooling,), device="cuda")
+    offsets = torch.arange(0, batch * pooling, pooling, device="cuda")
+    bags = read_bags(indices, offsets, rows=store.rows, dtype=cache.dtype, device=cache.device)
+    bags.check()
+    misses = cache.misses
+    torch.testing.assert_close(fused.fused_sls(cache, store, indices, offsets),
+                               F.embedding_bag(indices, weight, offsets, mode="sum"))
+    assert cache.misses == misses, "the resident cache missed"
+    timings = interleaved({"fused_sls": lambda: fused.fused_sls(cache, store, indices, offsets),
+                           "fused_pool": lambda: fused.fused_pool(cache, store, bags)},
+                          lambda: F.embedding_bag(indices, weight, offsets, mode="sum"), rounds, repeat)
+    return dict(batch=batch, pooling=pooling, dim=dim, rows=rows, rounds=rounds, repeat=repeat, **timings)
+
+
+def host_to_device_gb_per_s():
+    """Bytes per second of a 256 MB copy from pinned host memory to the GPU."""
+    import torch
+    host = torch.empty(1 << 28, dtype=torch.uint8).pin_memory()
+    device = torch.empty_like(host, device="cuda")
+    return host.numel() / timed(lambda: device.copy_(host, non_blocking=True), repeat=5) / 1e9
+
+
+def fused_with_misses(batches, miss_rate, resident_rows=1 << 20, dim=128, pooling=50, rounds=5,
+                      repeat=5):
+    """The fused SLS with ``miss_rate`` of each batch's lookups on rows never seen before
+    (read from the pinned host table, then inserted) against embedding_bag on the whole
+    table resident on the GPU. The cache has room for every row inserted (load <= ~0.55),
+    so the misses are exactly the fresh rows."""
+    import torch
+    import torch.nn.functional as F
+    import lcr
+    from lcr.embedding import fused
+    per_batch = {b: max(1, round(miss_rate * b * pooling)) for b in batches}
+    calls = 1 + rounds * (repeat + 1)  # the checked call, then each round's warm-up and repeats
+    fresh_rows = sum(calls * k for k in per_batch.values())
+    table = torch.randn(resident_rows + fresh_rows, dim)
+    store = lcr.HostStore(table)  # pinned
+    weight = table.cuda()
+    cache = lcr.SlabHashCache(resident_rows // 64 * 4, dim, policy="lru", device="cuda")
+    for chunk in torch.arange(resident_rows, device="cuda").split(1 << 18):
+        fused.fused_sls(cache, store, chunk, torch.arange(0, chunk.numel(), 64, device="cuda"))
+    next_fresh = resident_rows
+    bandwidth = host_to_device_gb_per_s()
+    results = []
+    for batch in batches:
+        n, k = batch * pooling, per_batch[batch]
+        offsets = torch.arange(0, n, pooling, device="cuda")
+        base = torch.randint(0, resident_rows, (n,), device="cuda")
+        spots = torch.randperm(n, device="cuda")[:k]
+
+        def next_batch():
+            nonlocal next_fresh
+            indices = base.clone()
+            indices[spots] = torch.arange(next_fresh, next_fresh + k, device="cuda")
+            next_fresh += k
+            return indices
+        supply = [next_batch() for _ in range(calls)]
+        misses = cache.misses
+        first = supply.pop()
+        torch.testing.assert_close(fused.fused_sls(cache, store, first, offsets),
+                                   F.embedding_bag(first, weight, offsets, mode="sum"))
+        assert cache.misses - misses == k, "the batch did not miss exactly its fresh rows"
+        timings = interleaved({"fused_sls": lambda: fused.fused_sls(cache, store, supply.pop(), offsets)},
+                              lambda: F.embedding_bag(base, weight, offsets, mode="sum"), rounds, repeat)
+        row_bytes = dim * 4
+        host_bytes = k * row_bytes  # a missed row is read once: its insert copies the staged row
+        results.append(dict(batch=batch, pooling=pooling, dim=dim, miss_rate=miss_rate,
+                            misses_per_batch=k, rounds=rounds, repeat=repeat,
+                            host_bytes_per_batch=host_bytes,
+                            host_to_device_gb_per_s=bandwidth,
+                            host_read_ms_at_that_bandwidth=1e3 * host_bytes / (bandwidth * 1e9),
+                            **timings))
+        print(json.dumps(results[-1]), flush=True)
+    return results
+
+
 def device_copy_gb_per_s():
     """Bytes read plus written per second by a 256 MB device-to-device copy."""
     import torch
@@ -194,6 +303,9 @@ def main() -> int:
     parser.add_argument("--batches", default="2048",
                         help="comma-separated SLS batch sizes (bags of 50 lookups each)")
     parser.add_argument("--profile", action="store_true", help="profile find and sls, then stop")
+    parser.add_argument("--skip-fused", action="store_true", help="leave out the fused SLS")
+    parser.add_argument("--miss-rate", default="0.01",
+                        help="fraction of the fused SLS's lookups missing to the host table")
     args = parser.parse_args()
     try:
         batches = [int(b) for b in args.batches.split(",")]
@@ -201,6 +313,12 @@ def main() -> int:
         batches = []
     if not batches or min(batches) < 1:
         parser.error(f"--batches: expected comma-separated positive integers, got {args.batches!r}")
+    try:
+        miss_rate = float(args.miss_rate)
+    except ValueError:
+        miss_rate = -1.0
+    if not 0 < miss_rate < 1:
+        parser.error(f"--miss-rate: expected a fraction between 0 and 1, got {args.miss_rate!r}")
     from lcr.cuda import gpu_available
     if not gpu_available():  # raises when torch sees a GPU that lcr._cuda does not
         print("slabhash_gpu: no CUDA GPU here (or lcr was built without nvcc); nothing measured.")
@@ -208,11 +326,18 @@ def main() -> int:
     if args.profile:
         profile()
         return 0
+    import torch
     result = dict(environment=environment())
     print(json.dumps(result["environment"]), flush=True)
     resident = resident_cache()
     result["sls_on_hits"] = [sls_on_hits(resident, batch=b) for b in batches]
     print(json.dumps(result["sls_on_hits"], indent=1), flush=True)
+    if not args.skip_fused:
+        result["fused_on_hits"] = [fused_on_hits(resident, batch=b) for b in batches]
+        print(json.dumps(result["fused_on_hits"], indent=1), flush=True)
+        del resident
+        torch.cuda.empty_cache()
+        result["fused_with_misses"] = fused_with_misses(batches, miss_rate)
     result["device_copy_gb_per_s"] = device_copy_gb_per_s()
     if not args.skip_table:
         result["table"] = table_throughput()

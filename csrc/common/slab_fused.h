@@ -8,12 +8,15 @@
 //    refresh each hit with the first-touch stamp rule (refresh_slot) and list each miss
 //    (position, key) on its slabset's list; then the warp sums the bag's rows, a hit's
 //    from the cache's rows, a miss's straight from the backing table, in wide pieces
-//    (several lookups at once when a row is narrower than 32 pieces).
+//    (several lookups at once when a row is narrower than 32 pieces). A missed row is
+//    also kept in a staging row on the device (while they last), so that host memory is
+//    read once per missed lookup.
 // 2. insert_misses, a warp per slabset with misses (grid-stride over the device-side count
 //    of such slabsets, so the launch is sized without reading it). The warp gathers its
 //    slabset's list, sorts it by (key, position), keeps each key's first lookup, sorts
 //    those by position and inserts them one by one with insert_key, exactly the two-step
-//    path's insert_group, copying each inserted key's row from the table into its slot.
+//    path's insert_group, copying each inserted key's row into its slot (from its staging
+//    row, or from the table when the staging rows ran out).
 //
 // Every step's work is proportional to the lookups or to the misses; nothing has a size
 // that only the device knows, so the host queues the batch and returns. The lists live in
@@ -36,9 +39,10 @@ using slab_kernels::refresh_slot;
 
 enum RowDtype : int32_t { kFloat32 = 0, kFloat16 = 1 };
 
-// where[p] of lookup p: its slot (>= 0) on a hit, ~key on a miss, kBadLookup when the key
-// is outside [0, table_rows) (summed as zeros, never cached; the caller refuses the batch).
-constexpr int64_t kBadLookup = INT64_MIN;  // ~INT64_MAX, a key no table reaches
+// where[p] of lookup p: its slot (>= 0) on a hit, ~e on a miss listed as entry e (below
+// the lookups), kBadLookup when the key is outside [0, table_rows) (summed as zeros, never
+// cached; the caller refuses the batch).
+constexpr int64_t kBadLookup = INT64_MIN;
 
 // The batch's counters, zeroed by the host before pool_bag.
 constexpr int kEntryCount = 0;    // misses listed
@@ -77,6 +81,8 @@ struct FusedBatch {
     int64_t* count;          // [slabsets] entries on each list; 0 between batches
     MissEntry* region;       // [n] where each slabset's entries are sorted
     MissEntry* spare;        // [n] the sort's second buffer
+    void* staged;            // [staged_rows] the row of miss entry e, for e < staged_rows
+    int64_t staged_rows;
 };
 
 LCR_WARP_FN int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -237,6 +243,10 @@ LCR_WARP_FN const void* row_at(const void* base, int64_t index, int64_t row_byte
     return static_cast<const char*>(base) + index * row_bytes;
 }
 
+LCR_WARP_FN void* row_at(void* base, int64_t index, int64_t row_bytes) {
+    return static_cast<char*>(base) + index * row_bytes;
+}
+
 // Lanes that read one row together: its pieces up to 32, rounded up to a power of two, so
 // that a warp sums 32 / group lookups at once when rows are narrow.
 LCR_WARP_FN int lanes_per_row(int64_t pieces) {
@@ -285,10 +295,9 @@ LCR_WARP_FN void probe_chunk(W& w, const SlabTable& t, const FusedBatch& b, int6
     if (p < end) {
         key = b.lookups[p];
         if (key >= 0 && key < b.table_rows) {
-            const int64_t slot = find_slot(t, key);
-            if (slot >= 0) first_touch = refresh_slot(w, t, slot, p, b.clock);
-            missed = slot < 0;
-            where = missed ? ~key : slot;
+            where = find_slot(t, key);
+            if (where >= 0) first_touch = refresh_slot(w, t, where, p, b.clock);
+            missed = where < 0;
         }
     }
     const unsigned touches = w.ballot(first_touch);
@@ -299,14 +308,19 @@ LCR_WARP_FN void probe_chunk(W& w, const SlabTable& t, const FusedBatch& b, int6
         int64_t first = 0;
         if (lane == leader) first = w.atomic_add(&b.counters[kEntryCount], int64_t(lane_count(misses)));
         first = w.shfl(first, leader);
-        if (missed) list_miss(w, t, b, first + lane_count(misses & ((1u << lane) - 1u)), p, key);
+        if (missed) {
+            const int64_t e = first + lane_count(misses & ((1u << lane) - 1u));
+            list_miss(w, t, b, e, p, key);
+            where = ~e;
+        }
     }
     if (p < end) b.where[p] = where;  // after the collectives: the caller's sync publishes it
 }
 
 // The bag's sum, piece by piece: lane l reads piece (window + l % group) of lookups
 // start + l / group, start + l / group + 32 / group, ..., then the groups add up by
-// shuffles and the first group writes the window.
+// shuffles and the first group writes the window. Hits first, in a loop of loads only
+// (several in flight), then misses, whose pieces also go to their staging rows.
 template <class W, class E, int Bytes>
 LCR_WARP_FN void pool_rows(W& w, const FusedBatch& b, int64_t bag, int64_t start, int64_t end) {
     using Format = RowFormat<E, Bytes>;
@@ -324,7 +338,14 @@ LCR_WARP_FN void pool_rows(W& w, const FusedBatch& b, int64_t bag, int64_t start
             for (int64_t q = start + lane / group; q < end; q += stride) {
                 const int64_t where = b.where[q];
                 if (where >= 0) Format::add(acc, load_piece<Bytes>(row_at(b.rows, where, b.row_bytes), piece));
-                else if (where != kBadLookup) Format::add(acc, load_piece<Bytes>(row_at(b.table, ~where, b.row_bytes), piece));
+            }
+            for (int64_t q = start + lane / group; q < end; q += stride) {
+                const int64_t where = b.where[q];
+                if (where >= 0 || where == kBadLookup) continue;
+                const int64_t e = ~where;
+                const Piece<Bytes> value = load_piece<Bytes>(row_at(b.table, b.entries[e].key, b.row_bytes), piece);
+                Format::add(acc, value);
+                if (e < b.staged_rows) store_piece<Bytes>(row_at(b.staged, e, b.row_bytes), piece, value);
             }
         }
         for (int offset = group; offset < kWarpLanes; offset *= 2)
@@ -402,11 +423,14 @@ LCR_WARP_FN int64_t first_lookups(W& w, const MissEntry* sorted, MissEntry* out,
     return distinct;
 }
 
+// The row of `miss` (a key's first lookup) into `slot`: from the staging row pool_rows
+// left for its entry, or from the table past the staging rows.
 template <class W, int Bytes>
-LCR_WARP_FN void copy_row(W& w, const FusedBatch& b, int64_t key, int64_t slot) {
+LCR_WARP_FN void copy_row(W& w, const FusedBatch& b, const MissEntry& miss, int64_t slot) {
     const int64_t pieces = b.row_bytes / Bytes;
-    const void* from = row_at(b.table, key, b.row_bytes);
-    void* to = static_cast<char*>(b.rows) + slot * b.row_bytes;
+    const int64_t e = ~b.where[miss.pos];
+    const void* from = e < b.staged_rows ? row_at(b.staged, e, b.row_bytes) : row_at(b.table, miss.key, b.row_bytes);
+    void* to = row_at(b.rows, slot, b.row_bytes);
     for (int64_t piece = w.lane(); piece < pieces; piece += kWarpLanes)
         store_piece<Bytes>(to, piece, load_piece<Bytes>(from, piece));
 }
@@ -436,7 +460,7 @@ LCR_WARP_FN void insert_slabset(W& w, const SlabTable& t, const FusedBatch& b, i
     for (int64_t k = 0; k < distinct; ++k) {
         const MissEntry miss = ordered[k];
         const Inserted done = insert_key(w, t, miss.key, b.clock + b.n + miss.pos, b.clock);
-        if (done.slot >= 0) copy_row<W, Bytes>(w, b, miss.key, done.slot);
+        if (done.slot >= 0) copy_row<W, Bytes>(w, b, miss, done.slot);
         else ++bypassed;
     }
     if (lane == 0) {
@@ -457,13 +481,14 @@ LCR_WARP_FN void insert_misses(W& w, const SlabTable& t, const FusedBatch& b, in
 // ---- host side: the launch shape ---------------------------------------------------------
 
 // The widest piece (16, 8, 4 or 2 bytes, not below an element) that divides the row and
-// keeps every row of rows, table and out aligned.
+// keeps every row of rows, table, out and the staging rows aligned.
 inline int piece_bytes(const FusedBatch& b) {
     const int element = b.dtype == kFloat16 ? 2 : 4;
     for (int size = 16; size > element; size /= 2) {
         const bool aligned = reinterpret_cast<uintptr_t>(b.rows) % size == 0 &&
                              reinterpret_cast<uintptr_t>(b.table) % size == 0 &&
-                             reinterpret_cast<uintptr_t>(b.out) % size == 0;
+                             reinterpret_cast<uintptr_t>(b.out) % size == 0 &&
+                             reinterpret_cast<uintptr_t>(b.staged) % size == 0;
         if (b.row_bytes % size == 0 && aligned) return size;
     }
     return element;

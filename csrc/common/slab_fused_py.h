@@ -13,7 +13,7 @@
 
 namespace lcr {
 
-constexpr size_t kFusedBatchFields = 25;
+constexpr size_t kFusedBatchFields = 27;
 
 inline slab_fused::FusedBatch fused_batch_from(const pybind11::tuple& view) {
     namespace f = slab_fused;
@@ -46,7 +46,9 @@ inline slab_fused::FusedBatch fused_batch_from(const pybind11::tuple& view) {
     b.count = data_at<int64_t>(address(21));
     b.region = data_at<f::MissEntry>(address(22));
     b.spare = data_at<f::MissEntry>(address(23));
-    const int64_t capacity = number(24);  // lookups the scratch arrays hold
+    b.staged = data_at<void>(address(24));
+    b.staged_rows = number(25);
+    const int64_t capacity = number(26);  // lookups the scratch arrays hold
     if (b.n < 0 || b.n > capacity) throw std::invalid_argument("fused batch: n outside the scratch capacity");
     if (b.bags < 0 || b.num_offsets < b.bags || b.num_offsets > b.bags + 1)
         throw std::invalid_argument("fused batch: num_offsets must be bags or bags + 1");
@@ -54,6 +56,8 @@ inline slab_fused::FusedBatch fused_batch_from(const pybind11::tuple& view) {
     if (b.row_bytes < 1 || b.row_bytes % (b.dtype == f::kFloat16 ? 2 : 4) != 0)
         throw std::invalid_argument("fused batch: row_bytes must be a positive multiple of the element size");
     if (b.table_rows < 0) throw std::invalid_argument("fused batch: table_rows must be non-negative");
+    if (b.staged_rows < 0 || b.staged_rows > capacity)
+        throw std::invalid_argument("fused batch: staged_rows outside the scratch capacity");
     return b;
 }
 

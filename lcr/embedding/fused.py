@@ -8,10 +8,11 @@ host, which is how CI checks them) over a ``HostStore`` of the cache's dtype, wi
 1. a warp per bag probes its lookups, stamps the hits (the first-touch rule of the two-step
    path's refresh), lists the misses per slabset, and sums the bag's rows: a hit's from
    ``cache.rows``, a miss's straight from the store's table (pinned host memory, which the
-   GPU reads through unified addressing);
+   GPU reads through unified addressing), keeping a copy in a staging row on the device;
 2. a warp per slabset with misses sorts its list, keeps each key's first lookup and inserts
    those in batch order with the two-step path's insert (pinned keys, bypass, the policy's
-   victim), copying each inserted row from the table into its slot.
+   victim), copying each inserted row into its slot from its staging row (from the table
+   once the staging rows ran out), so host memory is read once per missed lookup.
 
 The cache ends every batch exactly as ``find`` + ``commit`` leave it (every metadata array
 and the hits / misses / bypassed counters; tests/test_slab_fused.py), and the sums equal
@@ -23,7 +24,8 @@ device count (a synchronisation on a GPU) unless the cache keeps a device counte
 ``_misses`` (an int64 [1] tensor, as it keeps ``_hits``), which this module then adds to.
 
 Per-cache scratch (``_Scratch``): 16 bytes per slabset for the miss lists, which every
-batch leaves empty, and 64 bytes per lookup of the largest batch so far.
+batch leaves empty, 64 bytes per lookup of the largest batch so far, and staging rows for
+up to that many misses within STAGING_BYTES.
 
 Concurrency: every call holds ``cache.ordered()`` (the cache's lock and, on a GPU, its
 event ordering calls across streams), so fused batches, two-step batches and other calls
@@ -43,6 +45,7 @@ from lcr.embedding.stores import HostStore
 ENGINES = ("cuda", "warp-model")
 _DTYPE_CODES = {torch.float32: 0, torch.float16: 1}  # slab_fused::RowDtype
 _COUNTERS = 3  # slab_fused::kCounters
+STAGING_BYTES = 64 << 20  # staged missed rows per batch; misses past them are read twice
 
 
 def refusal(cache: SlabHashCache, store, mode: str = "sum", per_sample_weights=None) -> str | None:
@@ -70,10 +73,12 @@ def applies(cache: SlabHashCache, store, mode: str = "sum", per_sample_weights=N
 class _Scratch:
     """A cache's device arrays for the fused path (csrc/common/slab_fused.h, FusedBatch).
     ``head`` / ``count`` hold each slabset's miss list, empty between batches; the rest
-    serve one batch and are sized for the largest so far."""
+    serve one batch and are sized for the largest so far. Zeroed once when made, so that
+    nothing the kernels read is ever uninitialised memory."""
 
     def __init__(self, cache: SlabHashCache):
-        self.int64 = functools.partial(torch.empty, dtype=torch.int64, device=cache.device)
+        self.int64 = functools.partial(torch.zeros, dtype=torch.int64, device=cache.device)
+        self.row_bytes = cache.dim * cache.rows.element_size()
         self.num_slabsets = cache.num_slabsets
         self.head = torch.full((cache.num_slabsets,), -1, dtype=torch.int64, device=cache.device)
         self.count = torch.zeros(cache.num_slabsets, dtype=torch.int64, device=cache.device)
@@ -88,11 +93,15 @@ class _Scratch:
         if n <= self.capacity:
             return
         if self.capacity >= 0:
-            for old in (self.where, self.entries, self.next, self.touched, self.region, self.spare):
+            for old in (self.where, self.entries, self.next, self.touched, self.region, self.spare,
+                        self.staged):
                 _retire(old, stream)
         self.where, self.next = self.int64(n), self.int64(n)
         self.entries, self.region, self.spare = self.int64(2 * n), self.int64(2 * n), self.int64(2 * n)
         self.touched = self.int64(min(n, self.num_slabsets))
+        self.staged_rows = min(n, STAGING_BYTES // self.row_bytes)
+        self.staged = torch.zeros(self.staged_rows * self.row_bytes, dtype=torch.uint8,
+                                  device=self.where.device)
         self.capacity = n
 
 
@@ -159,9 +168,14 @@ def fused_pool(cache: SlabHashCache, store: HostStore, bags) -> torch.Tensor:
                 scratch.counters.data_ptr(), scratch.where.data_ptr(), scratch.entries.data_ptr(),
                 scratch.next.data_ptr(), scratch.touched.data_ptr(), scratch.head.data_ptr(),
                 scratch.count.data_ptr(), scratch.region.data_ptr(), scratch.spare.data_ptr(),
-                scratch.capacity)
-        cache.engine.module.slab_fused_sls(cache._view, view, cache.engine.stream(),
-                                           cache.engine.index)
+                scratch.staged.data_ptr(), scratch.staged_rows, scratch.capacity)
+        try:
+            cache.engine.module.slab_fused_sls(cache._view, view, cache.engine.stream(),
+                                               cache.engine.index)
+        except BaseException:
+            with _SCRATCH_LOCK:  # the miss lists may be half built: start the next batch afresh
+                _SCRATCH.pop(cache, None)
+            raise
         # The batch is queued: the cache moved on as commit moves it (plans found before
         # it are stale).
         cache.clock += 2 * n
