@@ -164,24 +164,29 @@ def test_real_criteo_lookups(policy):
 
 
 def test_an_all_hit_batch_reads_back_once_and_reduces_with_one_embedding_bag():
+    """The two-step path (here: mean pooling, which the fused path does not take)."""
     table = torch.randn(500, 4)
     store = lcr.HostStore(table, pin=False)
     cache = SlabHashCache(16, 4, policy="laru", engine="warp-model")
     indices = torch.arange(0, 500, 3)
     lengths = torch.full((indices.numel() // 7 + 1,), 7)
     lengths[-1] = indices.numel() - 7 * (lengths.numel() - 1)
-    lcr.sls(cache, store, indices, lengths=lengths)  # warm: everything inserted
+    lcr.sls(cache, store, indices, lengths=lengths, mode="mean")  # warm: everything inserted
     before = cache.readbacks
     calls = []
     original = F.embedding_bag
     F.embedding_bag = lambda *a, **k: calls.append(1) or original(*a, **k)
     try:
-        out = lcr.sls(cache, store, indices, lengths=lengths)
+        out = lcr.sls(cache, store, indices, lengths=lengths, mode="mean")
+        assert cache.readbacks - before == 1 and len(calls) == 1
+        # sum pooling from a HostStore takes the fused path: nothing read back, no reduce
+        fused = lcr.sls(cache, store, indices, lengths=lengths)
+        assert cache.readbacks - before == 1 and len(calls) == 1
     finally:
         F.embedding_bag = original
-    assert cache.readbacks - before == 1 and len(calls) == 1
     offsets = torch.cumsum(lengths, 0) - lengths
-    torch.testing.assert_close(out, original(indices, table, offsets, mode="sum"))
+    torch.testing.assert_close(out, original(indices, table, offsets, mode="mean"))
+    torch.testing.assert_close(fused, original(indices, table, offsets, mode="sum"))
 
 
 def test_threads_sharing_a_cache_get_the_serial_answers():

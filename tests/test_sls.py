@@ -170,7 +170,9 @@ def test_sls_on_cuda_with_a_predictor_matches_the_cpu_engine():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not gpu_available(), reason="no CUDA GPU")
-def test_an_all_hit_cuda_batch_synchronises_once():
+def test_an_all_hit_cuda_batch_synchronises_once_on_the_two_step_path():
+    """Mean pooling takes find/commit (sum from a HostStore is fused: no sync at all,
+    tests/test_slab_fused.py)."""
     table = torch.randn(4096, 16)
     cache, store = lcr.SlabHashCache(128, 16, device="cuda"), lcr.HostStore(table)
     indices = torch.randint(0, 4096, (20_000,), device="cuda")
@@ -180,8 +182,8 @@ def test_an_all_hit_cuda_batch_synchronises_once():
     before = cache.readbacks
     torch.cuda.set_sync_debug_mode("error")  # any other synchronising call raises
     try:
-        out = lcr.sls(cache, store, indices, offsets)
+        out = lcr.sls(cache, store, indices, offsets, mode="mean")
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert cache.readbacks - before == 1
-    torch.testing.assert_close(out, F.embedding_bag(indices, table.cuda(), offsets, mode="sum"))
+    torch.testing.assert_close(out, F.embedding_bag(indices, table.cuda(), offsets, mode="mean"))

@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from lcr.embedding.cache import SlabHashCache
-from lcr.embedding.sls import STAGES, sls
+from lcr.embedding.sls import sls
 
 RESIDENT = "embedding_bag"  # the baseline row: the whole table resident, no cache
 
@@ -183,7 +183,7 @@ def run_one(workload: SlsWorkload, store, policy: str, cache_ratio: float, batch
     return SlsBenchResult(
         policy, cache_ratio, batch_size, batches, latency_ms=1e3 * seconds / batches,
         hit_ratio=cache.hit_ratio, samples_per_s=batch_size * batches / seconds,
-        stages_ms={s: 1e3 * timings.get(s, 0.0) / batches for s in STAGES} if profile else {},
+        stages_ms={s: 1e3 * t / batches for s, t in timings.items()} if profile else {},
         predictor_ms=1e3 * predictor.work_s / batches if predictor else 0.0,
         predictor_wait_ms=1e3 * predictor.wait_s / batches if predictor else 0.0)
 
@@ -228,17 +228,17 @@ def run_sls_bench(workload: SlsWorkload, store, *, policies, cache_ratios, batch
 
 
 def format_table(results: list[SlsBenchResult]) -> str:
-    profiled = any(r.stages_ms for r in results)
+    stages = list(dict.fromkeys(s for r in results for s in r.stages_ms))  # the paths' own
     header = (f"{'ratio':>6} {'batch':>6} {'policy':>13} {'latency ms':>10} {'hit ratio':>9} "
               f"{'samples/s':>10} {'pred ms':>8} {'wait ms':>8}"
-              + "".join(f" {s + ' ms':>9}" for s in STAGES if profiled))
+              + "".join(f" {s + ' ms':>9}" for s in stages))
     lines = [header, "-" * len(header)]
     for r in results:
         ratio = "-" if r.policy == RESIDENT else f"{r.cache_ratio:.1%}"
         lines.append(f"{ratio:>6} {r.batch_size:>6} {r.policy:>13} {r.latency_ms:>10.2f} "
                      f"{r.hit_ratio:>9.3f} {r.samples_per_s:>10.0f} {r.predictor_ms:>8.2f} "
                      f"{r.predictor_wait_ms:>8.2f}"
-                     + "".join(f" {r.stages_ms.get(s, 0.0):>9.2f}" for s in STAGES if profiled))
+                     + "".join(f" {r.stages_ms.get(s, 0.0):>9.2f}" for s in stages))
     return "\n".join(lines)
 
 

@@ -9,6 +9,7 @@ from lcr.atomic import write_output
 from lcr.errors import LcrInputError
 
 POLICIES = ("lru", "fpb", "hf", "laru")
+TILE_ROWS = 1 << 16  # distinct random rows of a generated table
 
 
 def _list(text: str, kind, flag: str) -> list:
@@ -137,8 +138,12 @@ def make_store(args, rows: int):
 
     from lcr.embedding.stores import HostStore, RedisStore
 
-    table = np.random.default_rng(args.seed).standard_normal((rows, args.dim), dtype=np.float32)
-    table = torch.from_numpy(table.astype(args.dtype))
+    # Random rows, repeating every TILE_ROWS: a 2x10^7-row table is a copy, not 10 GB of
+    # random draws (throughput does not depend on the values; the tests check the sums).
+    block = np.random.default_rng(args.seed).standard_normal((min(rows, TILE_ROWS), args.dim),
+                                                             dtype=np.float32)
+    block = torch.from_numpy(block.astype(args.dtype))
+    table = block.repeat(-(-rows // len(block)), 1)[:rows] if rows > len(block) else block
     if store_kind(args.store) == "host":
         return HostStore(table), table
     store = RedisStore(args.store, args.dim, args.dtype)

@@ -301,7 +301,7 @@ class SlabHashCache:
         self.clock = 0
         self._hits = torch.zeros(1, dtype=torch.int64, device=self.device)
         self._bypassed = torch.zeros(1, dtype=torch.int64, device=self.device)
-        self.misses = 0
+        self._misses = torch.zeros(1, dtype=torch.int64, device=self.device)
         self._readback = torch.zeros(2, dtype=torch.int64, device=self.device)
         self._no_slots = torch.empty(0, dtype=torch.int64, device=self.device)
         self._host_readback = torch.zeros(2 + 2 * READBACK_MISSES, dtype=torch.int64,
@@ -438,7 +438,7 @@ class SlabHashCache:
             result = (self._insert_misses(plan, staged, clock) if count else
                       CommitResult(self._no_slots, self._no_slots))
             self.clock = clock + 2 * n
-            self.misses += count
+            self._misses += count  # a host int into a device counter: no synchronisation
             self._epoch += 1
             return result
 
@@ -564,6 +564,12 @@ class SlabHashCache:
             return int(self._hits)
 
     @property
+    def misses(self) -> int:
+        """Distinct keys found missing, summed over batches (reads the device counter)."""
+        with self.ordered():
+            return int(self._misses)
+
+    @property
     def bypassed(self) -> int:
         """Distinct missing keys served without being cached, summed over batches."""
         with self.ordered():
@@ -573,7 +579,7 @@ class SlabHashCache:
         with self.ordered():
             self._hits.zero_()
             self._bypassed.zero_()
-            self.misses = 0
+            self._misses.zero_()
 
     def cached_keys(self) -> set[int]:
         keys = self.meta.keys.cpu()

@@ -18,10 +18,8 @@ The cache ends every batch exactly as ``find`` + ``commit`` leave it (every meta
 and the hits / misses / bypassed counters; tests/test_slab_fused.py), and the sums equal
 ``embedding_bag(mode="sum")`` on the full table. Nothing is read back: launch sizes are the
 worst case (a warp per bag; a warp per slabset that could miss, grid-stride over the
-device's count), so on a GPU the host queues the batch and returns. The one exception
-today: ``SlabHashCache.misses`` is a host int, so adding a batch's misses to it reads a
-device count (a synchronisation on a GPU) unless the cache keeps a device counter
-``_misses`` (an int64 [1] tensor, as it keeps ``_hits``), which this module then adds to.
+device's count), and the counters stay on the device, so on a GPU the host queues the
+batch and returns.
 
 Per-cache scratch (``_Scratch``): 16 bytes per slabset for the miss lists, which every
 batch leaves empty, 64 bytes per lookup of the largest batch so far, and staging rows for
@@ -83,7 +81,6 @@ class _Scratch:
         self.head = torch.full((cache.num_slabsets,), -1, dtype=torch.int64, device=cache.device)
         self.count = torch.zeros(cache.num_slabsets, dtype=torch.int64, device=cache.device)
         self.counters = self.int64(_COUNTERS)
-        self.misses = torch.zeros(1, dtype=torch.int64, device=cache.device)
         self.pending: list = []  # batches whose argument checks the device has yet to pass
         self.capacity = -1
         self.reserve(0, None)
@@ -117,20 +114,6 @@ def _scratch(cache: SlabHashCache) -> _Scratch:
         return scratch
 
 
-def _miss_counter(cache: SlabHashCache, scratch: _Scratch) -> torch.Tensor:
-    """The device counter the insert adds each batch's distinct missing keys to."""
-    counter = getattr(cache, "_misses", None)
-    return counter if isinstance(counter, torch.Tensor) else scratch.misses
-
-
-def _fold_misses(cache: SlabHashCache, scratch: _Scratch, counter: torch.Tensor) -> None:
-    """Bring ``cache.misses`` up to date when it is a host int (a read of the device count:
-    free on the host, a synchronisation on a GPU)."""
-    if counter is scratch.misses:
-        cache.misses += int(counter)
-        counter.zero_()
-
-
 def _bag_offsets(bags) -> tuple[torch.Tensor, int]:
     """Bag bounds as the kernel reads them (``offsets``, with include_last_offset one more
     than the bags) and the number of bags; 2-D indices become equal bags (no sync)."""
@@ -159,12 +142,11 @@ def fused_pool(cache: SlabHashCache, store: HostStore, bags) -> torch.Tensor:
         n = lookups.numel()
         scratch = _scratch(cache)
         scratch.reserve(n, stream)
-        counter = _miss_counter(cache, scratch)
         out = torch.empty(count, cache.dim, dtype=cache.dtype, device=cache.device)
         view = (lookups.data_ptr(), n, offsets.data_ptr(), offsets.numel(), count, cache.clock,
                 cache.rows.data_ptr(), store.table.data_ptr(), store.rows,
                 cache.dim * cache.rows.element_size(), _DTYPE_CODES[cache.dtype], out.data_ptr(),
-                cache._hits.data_ptr(), counter.data_ptr(), cache._bypassed.data_ptr(),
+                cache._hits.data_ptr(), cache._misses.data_ptr(), cache._bypassed.data_ptr(),
                 scratch.counters.data_ptr(), scratch.where.data_ptr(), scratch.entries.data_ptr(),
                 scratch.next.data_ptr(), scratch.touched.data_ptr(), scratch.head.data_ptr(),
                 scratch.count.data_ptr(), scratch.region.data_ptr(), scratch.spare.data_ptr(),
@@ -180,7 +162,6 @@ def fused_pool(cache: SlabHashCache, store: HostStore, bags) -> torch.Tensor:
         # it are stale).
         cache.clock += 2 * n
         cache._epoch += 1
-        _fold_misses(cache, scratch, counter)
         return out
 
 

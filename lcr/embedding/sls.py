@@ -18,6 +18,11 @@ Stages (timed when ``timings`` is given, each closed by a device sync on CUDA):
   reduce  one ``embedding_bag`` over those rows (queued during ``query`` already, and
           used as is when the batch had no miss)
 Then, when a ``predictor`` is given, the batch's keys get fresh predictions.
+
+A cache running the CUDA kernels (engine cuda, or warp-model in tests) over a ``HostStore``
+with ``mode="sum"`` takes the fused path instead (``lcr.embedding.fused``): one call, two
+kernels, no host synchronisation, the same sums and the same cache state; its one stage
+is timed as ``fused``.
 Refused arguments, a store failure, or rows of the wrong shape or dtype raise before
 ``insert``, so the cache is left exactly as it was.
 """
@@ -308,6 +313,16 @@ def sls(cache: SlabHashCache, store, indices, offsets=None, *, lengths=None,
     reduce is one ``embedding_bag`` over ``cache.rows``.
     """
     device = cache.device
+    from lcr.embedding import fused  # fused imports this module's read_bags
+
+    if fused.applies(cache, store, mode, per_sample_weights):
+        with cache.ordered():
+            with _stage(timings, "fused", device):
+                out = fused.fused_sls(cache, store, indices, offsets, lengths=lengths,
+                                      include_last_offset=include_last_offset)
+            if predictor is not None:
+                _predict(cache, predictor, torch.as_tensor(indices), now)
+        return out
     with cache.ordered():
         with _stage(timings, "query", device):
             bags = read_bags(indices, offsets, lengths, include_last_offset, mode,
@@ -333,11 +348,16 @@ def sls(cache: SlabHashCache, store, indices, offsets=None, *, lengths=None,
         with _stage(timings, "reduce", device):
             out = plan.overlapped if rows is None else bags.reduce(plan.slot_of, cache.rows)
         if predictor is not None:
-            lookups = bags.host_lookups if bags.host_lookups is not None else plan.indices.cpu()
-            keys = np.unique(lookups.numpy())
-            cache.set_predictions(keys, torch.as_tensor(predictor.predict(keys, now),
-                                                        dtype=torch.float64))
+            _predict(cache, predictor,
+                     bags.host_lookups if bags.host_lookups is not None else plan.indices, now)
     return out
+
+
+def _predict(cache: SlabHashCache, predictor, lookups: torch.Tensor, now: int) -> None:
+    """Fresh predictions for the batch's distinct keys (a copy to the host, and so a
+    synchronisation, when the lookups live on a GPU)."""
+    keys = np.unique(lookups.cpu().numpy())
+    cache.set_predictions(keys, torch.as_tensor(predictor.predict(keys, now), dtype=torch.float64))
 
 
 def _store_rows(store) -> int | None:
