@@ -417,36 +417,3 @@ def test_a_bad_index_on_the_gpu_is_refused_by_the_next_call():
     fused.fused_sls(cache, store, torch.tensor([1, 300], device="cuda"), torch.tensor([0], device="cuda"))
     with pytest.raises(IndexError, match="300"):
         fused.check(cache)
-
-
-@pytest.mark.gpu
-@needs_gpu
-def test_two_streams_and_two_threads_hammering_one_cache_on_the_fused_path():
-    table = torch.randn(5000, 32)
-    store = lcr.HostStore(table)
-    device_table = table.cuda()
-    cache = SlabHashCache(8, 32, policy="lru", device="cuda")  # 512 slots: constant eviction
-    errors: list = []
-
-    def hammer(seed, stream):
-        generator = torch.Generator().manual_seed(seed)
-        offsets = torch.tensor([0, 10, 10, 30], device="cuda")
-        try:
-            with torch.cuda.stream(stream):
-                for _ in range(5000):
-                    indices = torch.randint(0, 5000, (40,), generator=generator).cuda()
-                    got = fused.fused_sls(cache, store, indices, offsets)
-                    want = F.embedding_bag(indices, device_table, offsets, mode="sum")
-                    if not torch.allclose(got, want, rtol=1e-5, atol=1e-4):
-                        errors.append("a sum differs from embedding_bag on the full table")
-                        return
-        except Exception as err:  # noqa: BLE001 - reported below
-            errors.append(repr(err))
-
-    threads = [threading.Thread(target=hammer, args=(seed, torch.cuda.Stream())) for seed in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    torch.cuda.synchronize()
-    assert errors == []

@@ -100,7 +100,7 @@ def test_a_commit_that_runs_out_of_memory_leaves_the_cache_as_it_was():
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
 
 
-def _hammer(cache, table, batches: int, seed: int, errors: list, stream=None):
+def _hammer(cache, table, batches: int, seed: int, errors: list, stream=None, mode="sum"):
     generator = torch.Generator().manual_seed(seed)
     store = HostStore(table)
     try:
@@ -110,9 +110,9 @@ def _hammer(cache, table, batches: int, seed: int, errors: list, stream=None):
             offsets = torch.cat([torch.zeros(1, dtype=torch.int64), lengths.cumsum(0)[:-1]])
             device_table = table.to(cache.device)
             with torch.cuda.stream(stream) if stream is not None else _nothing():
-                got = sls(cache, store, indices.to(cache.device), offsets.to(cache.device))
+                got = sls(cache, store, indices.to(cache.device), offsets.to(cache.device), mode=mode)
                 want = F.embedding_bag(indices.to(cache.device), device_table,
-                                       offsets.to(cache.device), mode="sum")
+                                       offsets.to(cache.device), mode=mode)
                 if not torch.allclose(got, want, rtol=1e-5, atol=1e-4):
                     errors.append("a sum differs from embedding_bag on the full table")
                     return
@@ -143,12 +143,13 @@ def test_threads_sharing_one_cache_get_the_full_tables_sums():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not gpu_available(), reason="no CUDA GPU")
-def test_two_streams_and_two_threads_hammering_one_cuda_cache_get_the_full_tables_sums():
+@pytest.mark.parametrize("mode", ["sum", "mean"])  # the fused path; find/commit
+def test_two_streams_and_two_threads_hammering_one_cuda_cache_get_the_full_tables_sums(mode):
     table = torch.randn(5000, 32)
     cache = SlabHashCache(8, 32, policy="lru", device="cuda")  # 512 slots: constant eviction
     errors: list = []
     streams = [torch.cuda.Stream(), torch.cuda.Stream()]
-    threads = [threading.Thread(target=_hammer, args=(cache, table, 5000, seed, errors, stream))
+    threads = [threading.Thread(target=_hammer, args=(cache, table, 5000, seed, errors, stream, mode))
                for seed, stream in enumerate(streams)]
     for thread in threads:
         thread.start()
