@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import importlib.util
 import math
 import os
 import socket
@@ -165,6 +166,20 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+def require_service_deps() -> None:
+    """One line naming what to install when the service's packages are missing."""
+    try:
+        import fastapi  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as err:
+        raise LcrInputError(f"the predictor service needs {err.name or 'fastapi and uvicorn'}: "
+                            "pip install 'lcr[service]'") from None
+    # The model process imports LightGBM; found here, a missing one is one line up front
+    # (found, not imported: the front never runs the model).
+    if importlib.util.find_spec("lightgbm") is None:
+        raise LcrInputError("the predictor service needs lightgbm: pip install 'lcr[service]'")
+
+
 def run(args) -> int:
     if not 0 < args.port < 65536:
         raise LcrInputError(f"--port {args.port} is not a TCP port")
@@ -172,12 +187,14 @@ def run(args) -> int:
     _at_least("--window", args.window, 2)  # labels need an access and a later one
     token = resolve_token(args)
     check_tls(args.ssl_certfile, args.ssl_keyfile)
+    require_service_deps()  # before lcr.predict.service, which imports them
     limits = limits_from_args(args)
     config = service_model_config(args)
 
-    from lcr.predict.service import bind_warning, create_app, require_service_deps, server_config
+    import uvicorn
 
-    _, uvicorn = require_service_deps()
+    from lcr.predict.service import bind_warning, create_app, server_config
+
     warning = bind_warning(args.host, token, tls=bool(args.ssl_certfile))
     if warning:
         print(f"lcr serve-predictor: warning: {warning}", flush=True)
@@ -187,7 +204,8 @@ def run(args) -> int:
     server = uvicorn.Server(server_config(app, args.host, args.port, **tls))
     server.run(sockets=[listener])
     if not server.started:  # e.g. the model process could not build the model
-        print(f"lcr serve-predictor: error: the service did not start: {app.model.exited}", file=sys.stderr)
+        print(f"lcr serve-predictor: error: the service did not start: {app.state.service.model.exited}",
+              file=sys.stderr)
         return 1
     return 0
 

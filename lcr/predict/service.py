@@ -1,12 +1,20 @@
 """The shared predictor service: one CPU LightGBM model behind HTTP for many processes.
 
-Endpoints (binary bodies: see ``lcr.predict.wire``):
+A FastAPI app: ``/docs`` shows the routes, ``/openapi.json`` is their schema. Endpoints
+(binary bodies: see ``lcr.predict.wire``):
 
 - ``POST /observe``  keys+times -> ``{"observed": n}`` once handed to the model
 - ``POST /predict?now=T``  keys -> float64 next-access times (NaN = unknown)
 - ``POST /train``  fit now on the current window -> ``{"fitted": bool, "model_version": v}``
 - ``GET /health``  liveness and model version (no token needed)
 - ``GET /metrics``  counters as JSON
+
+Cheap per request, because ``/health``'s tail under load follows the front's CPU: the
+handlers take the raw ``Request`` (a binary body is never parsed by pydantic, only
+``now`` is validated by FastAPI) and answer pre-encoded bytes (no response model is
+applied at run time; the models below only document the answers); the token is one
+dependency; the one middleware, the model process's lifespan, is pure ASGI.
+(``benchmarks/service_request_cpu.py`` measures the front's CPU per request.)
 
 Protection (every limit in ``ServiceLimits``):
 
@@ -54,15 +62,21 @@ import asyncio
 import collections
 import functools
 import hmac
-import importlib.util
 import json
 import logging
 import os
 import re
 import time
-import types
 from dataclasses import dataclass
-from urllib.parse import parse_qs
+from typing import Any
+
+from fastapi import FastAPI, Query, Request, Security
+from fastapi.exceptions import RequestValidationError
+from fastapi.security import HTTPBearer
+from pydantic import BaseModel
+from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
+from starlette.responses import Response
 
 from lcr.errors import LcrInputError
 from lcr.predict.clock import DEFAULT_CLOCK_RESTART_S, DEFAULT_MAX_TIME_JUMP
@@ -197,59 +211,57 @@ def model_factory(model) -> "functools.partial":
     return model
 
 
-def require_service_deps():
-    try:
-        import uvicorn
-    except ImportError:
-        raise LcrInputError("the predictor service needs uvicorn: pip install 'lcr[service]'") from None
-    # The model process imports LightGBM; found here, a missing one is one line up front
-    # (found, not imported: the front never runs the model).
-    if importlib.util.find_spec("lightgbm") is None:
-        raise LcrInputError("the predictor service needs lightgbm: pip install 'lcr[service]'")
-    return None, uvicorn
-
-
-class HttpError(Exception):
-    """An answer other than 200: ``{"detail": message}`` with ``status``."""
-
-    def __init__(self, status: int, detail: str, headers: tuple = ()):
-        super().__init__(detail)
-        self.status, self.detail, self.headers = status, detail, headers
-
-
-class _ClientGone(Exception):
-    """The client disconnected before its body arrived: nothing to answer."""
-
-
-JSON = b"application/json"
-BUSY = ((b"x-lcr-reason", b"busy"), (b"retry-after", b"1"))  # full now: retry later
-MODEL_DOWN = ((b"x-lcr-reason", b"model-down"),)  # the model process died: only a restart helps
+BUSY = {"X-LCR-Reason": "busy", "Retry-After": "1"}  # full now: retry later
+MODEL_DOWN = {"X-LCR-Reason": "model-down"}  # the model process died: only a restart helps
 
 
 def _json(value) -> bytes:
     return json.dumps(value, separators=(",", ":")).encode()
 
 
-def _error_body(detail: str) -> bytes:
+def _answer(value) -> Response:
+    """JSON encoded here, not through FastAPI's encoder: the cheap path (see the module's docstring)."""
+    return Response(_json(value), media_type="application/json")
+
+
+def _refusal_body(detail: str) -> bytes:
     return _json({"detail": " ".join(str(detail).split())})  # one line, whatever the message
 
 
-async def _send(send, status: int, body: bytes, kind: bytes = JSON, headers: tuple = ()) -> None:
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", kind), (b"content-length", str(len(body)).encode()), *headers]})
-    await send({"type": "http.response.body", "body": body})
+def _refusal(status: int, detail: str, headers: "dict | None" = None) -> Response:
+    return Response(_refusal_body(detail), status, headers, media_type="application/json")
 
 
-class ServiceApp:
-    """The service as a plain ASGI app (routes below). Plain ASGI, not a web framework:
-    every request costs the event loop about a third of what a framework's routing,
-    dependency and encoder layers did, and the event loop's time is what keeps
-    ``/health`` quick under load. Event loop thread only."""
+def _validation_detail(errors) -> str:
+    """FastAPI's validation errors as one line: ``query parameter now: Input should be ..., got '-1'``."""
+    def one(error) -> str:
+        got = "" if error["type"] == "missing" else f", got {str(error.get('input'))[:40]!r}"
+        return f"{error['loc'][0]} parameter {error['loc'][-1]}: {error['msg']}{got}"
+    return "; ".join(map(one, errors))
+
+
+class BearerToken(HTTPBearer):
+    """The token check: a FastAPI security dependency, so the schema documents it (HTTP
+    bearer), checked in one call per request (not HTTPBearer's parse, then a second
+    dependency to compare)."""
+
+    def __init__(self, token: str):
+        super().__init__(description="the service's token (lcr serve-predictor --token-file)")
+        self._expected = f"Bearer {token}".encode()
+
+    async def __call__(self, request: Request) -> None:
+        given = request.headers.get("authorization", "").encode()  # bytes: any header text compares
+        if not hmac.compare_digest(given, self._expected):
+            raise HTTPException(401, "missing or wrong bearer token")
+
+
+class PredictorService:
+    """The service's state (the model process, the lanes, the counters) and the handlers
+    of its routes; ``create_app`` declares the routes. Event loop thread only."""
 
     def __init__(self, model, token: "str | None", limits: ServiceLimits):
         self.limits, self.token = limits, token
         self.model = ModelProcess(model_factory(model), limits)
-        self.state = types.SimpleNamespace(model=self.model, limits=limits)
         self.predict_lane = _Lane(limits.max_queued, limits.max_queued_bytes)
         self.train_lane = _Lane(limits.max_queued, 1)
         self.backlog = _Backlog(limits.max_queued_bytes, limits.max_queued, limits.admission_wait_s)
@@ -257,30 +269,6 @@ class ServiceApp:
         self.counters = {"observe_requests": 0, "predict_requests": 0, "rejected_requests": 0,
                          "busy_requests": 0, "model_down_requests": 0, "model_errors": 0}
         self.rejected_by_status: dict[str, int] = {}
-        # path -> (method, handler, needs the token)
-        self.routes = {"/observe": ("POST", self.observe, True), "/predict": ("POST", self.predict, True),
-                       "/train": ("POST", self.train, True), "/health": ("GET", self.health, False),
-                       "/metrics": ("GET", self.metrics, True)}
-
-    # -- ASGI --------------------------------------------------------------------------------
-    async def __call__(self, scope, receive, send):
-        if scope["type"] == "lifespan":
-            await self._lifespan(receive, send)
-            return
-        if scope["type"] != "http":
-            return
-        try:
-            status, body, kind, headers = 200, *(await self._route(scope, receive)), ()
-        except _ClientGone:
-            return
-        except HttpError as err:
-            if err.status < 500:
-                self.count_rejected(err.status)
-            status, body, kind, headers = err.status, _error_body(err.detail), JSON, err.headers
-        except Exception:
-            log.exception("predictor service request failed")
-            status, body, kind, headers = 500, b'{"detail": "internal error"}', JSON, ()
-        await _send(send, status, body, kind, headers)
 
     def count_rejected(self, status: int) -> None:
         if status not in (404, 405):  # a wrong route is not bad input to the model
@@ -288,11 +276,176 @@ class ServiceApp:
         self.rejected_by_status[str(status)] = self.rejected_by_status.get(str(status), 0) + 1
 
     async def over_capacity(self, send) -> None:
-        """Answer a request beyond ``max_connections`` (called by the protocol)."""
+        """Answer a request beyond ``max_connections`` (called by the protocol, raw ASGI)."""
         self.counters["busy_requests"] += 1
-        await _send(send, 503, _error_body("too many open connections; retry later"), JSON, BUSY)
+        refusal = _refusal(503, "too many open connections; retry later", BUSY)
+        await refusal({"type": "http"}, None, send)
 
-    async def _lifespan(self, receive, send):
+    # -- errors: every one is {"detail": one line}, counted --------------------------------------
+    async def refused(self, request: Request, err: HTTPException) -> Response:
+        if err.status_code < 500:
+            self.count_rejected(err.status_code)
+        return _refusal(err.status_code, err.detail, err.headers)
+
+    async def invalid(self, request: Request, err: RequestValidationError) -> Response:
+        self.count_rejected(422)
+        return _refusal(422, _validation_detail(err.errors()))
+
+    # -- request parts -----------------------------------------------------------------------
+    def declared_length(self, headers) -> int:
+        """The body size to reserve: Content-Length, or the limit when none is given."""
+        kind = headers.get("content-type", "").split(";")[0].strip().lower()
+        if kind != CONTENT_TYPE:
+            raise HTTPException(415, f"Content-Type must be {CONTENT_TYPE}, got {kind or 'none'!r}")
+        declared = headers.get("content-length")
+        limit = self.limits.max_body_bytes
+        if declared is None:
+            return limit
+        if not re.fullmatch(r"[0-9]{1,30}", declared):
+            raise HTTPException(400, f"Content-Length {declared[:30]!r} is not a number of bytes")
+        if int(declared) > limit:
+            raise HTTPException(413, f"body of {declared} bytes is over the {limit}-byte limit")
+        return int(declared)
+
+    async def read_body(self, request: Request, decode) -> bytearray:
+        """The body, read within ``body_timeout_s`` and checked by ``decode`` (bad input is 400)."""
+        body, limit = bytearray(), self.limits.max_body_bytes
+
+        async def collect():
+            async for chunk in request.stream():
+                body.extend(chunk)
+                if len(body) > limit:  # also bounds bodies sent without a length
+                    raise HTTPException(413, f"body is over the {limit}-byte limit")
+        try:
+            await asyncio.wait_for(collect(), self.limits.body_timeout_s)
+        except asyncio.TimeoutError:
+            raise HTTPException(408, f"body not received within {self.limits.body_timeout_s:g} s") from None
+        try:
+            decode(body)
+        except LcrInputError as err:
+            raise HTTPException(400, str(err)) from None
+        return body
+
+    def busy(self, what: str) -> HTTPException:
+        self.counters["busy_requests"] += 1
+        return HTTPException(503, f"{what}; retry later", BUSY)
+
+    def down(self, why: str) -> HTTPException:
+        self.counters["model_down_requests"] += 1
+        return HTTPException(503, f"model down: {why}; only a restart of the service helps", MODEL_DOWN)
+
+    def check_model(self) -> None:
+        if not self.model.alive:
+            raise self.down(self.model.exited)
+
+    async def answer_of(self, future) -> bytes:
+        try:
+            return await future
+        except ModelGone as err:
+            raise self.down(str(err)) from None
+        except ModelFailed as err:
+            self.counters["model_errors"] += 1
+            raise HTTPException(500, str(err)) from None
+
+    def settled(self, future) -> None:
+        """A batch nobody awaits has been processed: count a failure (and retrieve it)."""
+        if not future.cancelled() and isinstance(future.exception(), ModelFailed):
+            self.counters["model_errors"] += 1
+
+    # -- routes ------------------------------------------------------------------------------
+    async def observe(self, request: Request) -> Response:
+        # Answered once the batch is checked and handed to the model process; the
+        # backlog's room comes back as the model reports its progress.
+        nbytes = self.declared_length(request.headers)
+        self.check_model()
+        backlog = self.backlog
+        try:
+            await backlog.admit(nbytes)
+        except Busy:
+            raise self.busy("observe backlog is full") from None
+        try:
+            body = await self.read_body(request, decode_observations)
+            self.check_model()
+        except BaseException:
+            backlog.release(nbytes, done=True)
+            raise
+        backlog.release(nbytes - len(body))  # the reservation was Content-Length or the limit
+        if not body:
+            backlog.release(0, done=True)
+            return _answer({"observed": 0})
+        taken = 0  # bytes of this batch the model has taken in (released from the backlog)
+
+        def progress(done: int) -> None:
+            nonlocal taken
+            backlog.release(16 * done - taken)
+            taken = 16 * done
+
+        future = self.model.request(OBSERVE, body, on_progress=progress)
+        future.add_done_callback(lambda done: (backlog.release(len(body) - taken, done=True), self.settled(done)))
+        self.counters["observe_requests"] += 1
+        return _answer({"observed": len(body) // 16})
+
+    async def predict(self, request: Request,
+                      now: int = Query(ge=0, lt=1 << 63, description="the time predictions are for")) -> Response:
+        nbytes = self.declared_length(request.headers)
+        self.check_model()
+        lane = self.predict_lane
+        try:
+            lane.admit(nbytes)
+        except Busy:
+            raise self.busy("predict queue is full") from None
+        try:
+            body = await self.read_body(request, decode_keys)
+            self.check_model()
+            future = self.model.request(PREDICT, INT64.type(now).tobytes(), body)
+        except BaseException:
+            lane.release(nbytes)
+            raise
+        future.add_done_callback(lambda _: lane.release(nbytes))  # not before the model is done
+        answer = await self.answer_of(future)
+        self.counters["predict_requests"] += 1
+        return Response(answer, media_type=CONTENT_TYPE)
+
+    async def train(self) -> Response:
+        self.check_model()
+        try:
+            self.train_lane.admit(0)  # runs after the observations handed over before it
+        except Busy:
+            raise self.busy("train queue is full") from None
+        future = self.model.request(TRAIN)
+        future.add_done_callback(lambda _: self.train_lane.release(0))
+        answer = await self.answer_of(future)
+        self.model.status["model_version"] = json.loads(answer)["model_version"]
+        return Response(answer, media_type="application/json")
+
+    async def health(self) -> Response:
+        if not self.model.alive:
+            raise HTTPException(503, f"down: {self.model.exited}; only a restart of the service helps", MODEL_DOWN)
+        status = self.model.status
+        return _answer({"status": "ok", "model_version": status["model_version"], "keys": status["keys"]})
+
+    async def metrics(self) -> Response:
+        backlog, lanes = self.backlog, {"predict": self.predict_lane, "train": self.train_lane}
+        queues = {"observe_queued": backlog.queued, "observe_queued_bytes": backlog.queued_bytes,
+                  "observe_waiting": backlog.waiting, **{f"{name}_queued": lane.queued for name, lane in lanes.items()}}
+        return _answer({**self.model.status, **self.counters, **queues, "rejected_by_status": self.rejected_by_status,
+                        "max_keys": self.limits.max_keys,
+                        "uptime_s": time.time() - self.started, "front_pid": os.getpid(),
+                        "model_alive": self.model.alive})
+
+
+class _ModelLifespan:
+    """Pure ASGI middleware: starts the model process at lifespan startup, stops it at
+    shutdown; HTTP passes straight through. Not FastAPI's lifespan hook: Starlette reports
+    a failed startup as a traceback, and here the reason is one line."""
+
+    def __init__(self, app, model: ModelProcess):
+        self.app, self.model = app, model
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "lifespan":
+            await self.app(scope, receive, send)
+            return
         while True:
             message = await receive()
             if message["type"] == "lifespan.startup":
@@ -307,182 +460,103 @@ class ServiceApp:
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
-    async def _route(self, scope, receive):
-        route = self.routes.get(scope["path"])
-        if route is None:
-            raise HttpError(404, "Not Found")
-        method, handler, guarded = route
-        if scope["method"] != method:
-            raise HttpError(405, "Method Not Allowed", ((b"allow", method.encode()),))
-        headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in scope["headers"]}
-        if guarded and self.token is not None:
-            given = headers.get("authorization", "")
-            if not hmac.compare_digest(given.encode(), f"Bearer {self.token}".encode()):
-                raise HttpError(401, "missing or wrong bearer token")
-        return await handler(scope, headers, receive)
 
-    # -- request parts -----------------------------------------------------------------------
-    def declared_length(self, headers: dict) -> int:
-        """The body size to reserve: Content-Length, or the limit when none is given."""
-        kind = headers.get("content-type", "").split(";")[0].strip().lower()
-        if kind != CONTENT_TYPE:
-            raise HttpError(415, f"Content-Type must be {CONTENT_TYPE}, got {kind or 'none'!r}")
-        declared = headers.get("content-length")
-        limit = self.limits.max_body_bytes
-        if declared is None:
-            return limit
-        if not re.fullmatch(r"[0-9]{1,30}", declared):
-            raise HttpError(400, f"Content-Length {declared[:30]!r} is not a number of bytes")
-        if int(declared) > limit:
-            raise HttpError(413, f"body of {declared} bytes is over the {limit}-byte limit")
-        return int(declared)
+# -- what /docs and /openapi.json say -----------------------------------------------------------
 
-    async def read_body(self, receive, decode) -> bytearray:
-        """The body, checked by ``decode`` (bad input is 400)."""
-        body, limit = bytearray(), self.limits.max_body_bytes
+class Refusal(BaseModel):
+    detail: str
 
-        async def collect():
-            while True:
-                message = await receive()
-                if message["type"] == "http.disconnect":
-                    raise _ClientGone()
-                body.extend(message.get("body", b""))
-                if len(body) > limit:  # also bounds bodies sent without a length
-                    raise HttpError(413, f"body is over the {limit}-byte limit")
-                if not message.get("more_body"):
-                    return
-        try:
-            await asyncio.wait_for(collect(), self.limits.body_timeout_s)
-        except asyncio.TimeoutError:
-            raise HttpError(408, f"body not received within {self.limits.body_timeout_s:g} s") from None
-        try:
-            decode(body)
-        except LcrInputError as err:
-            raise HttpError(400, str(err)) from None
-        return body
 
-    def busy(self, what: str) -> HttpError:
-        self.counters["busy_requests"] += 1
-        return HttpError(503, f"{what}; retry later", BUSY)
+class Observed(BaseModel):
+    observed: int
 
-    def down(self, why: str) -> HttpError:
-        self.counters["model_down_requests"] += 1
-        return HttpError(503, f"model down: {why}; only a restart of the service helps", MODEL_DOWN)
 
-    def check_model(self) -> None:
-        if not self.model.alive:
-            raise self.down(self.model.exited)
+class Trained(BaseModel):
+    fitted: bool
+    model_version: int
 
-    async def answer_of(self, future) -> bytes:
-        try:
-            return await future
-        except ModelGone as err:
-            raise self.down(str(err)) from None
-        except ModelFailed as err:
-            self.counters["model_errors"] += 1
-            raise HttpError(500, str(err)) from None
 
-    def settled(self, future) -> None:
-        """A batch nobody awaits has been processed: count a failure (and retrieve it)."""
-        if not future.cancelled() and isinstance(future.exception(), ModelFailed):
-            self.counters["model_errors"] += 1
+class Health(BaseModel):
+    status: str
+    model_version: int
+    keys: int
 
-    # -- routes ------------------------------------------------------------------------------
-    async def observe(self, scope, headers, receive):
-        # Answered once the batch is checked and handed to the model process; the
-        # backlog's room comes back as the model reports its progress.
-        nbytes = self.declared_length(headers)
-        self.check_model()
-        backlog = self.backlog
-        try:
-            await backlog.admit(nbytes)
-        except Busy:
-            raise self.busy("observe backlog is full") from None
-        try:
-            body = await self.read_body(receive, decode_observations)
-            self.check_model()
-        except BaseException:
-            backlog.release(nbytes, done=True)
-            raise
-        backlog.release(nbytes - len(body))  # the reservation was Content-Length or the limit
-        if not body:
-            backlog.release(0, done=True)
-            return _json({"observed": 0}), JSON
-        taken = 0  # bytes of this batch the model has taken in (released from the backlog)
 
-        def progress(done: int) -> None:
-            nonlocal taken
-            backlog.release(16 * done - taken)
-            taken = 16 * done
+BINARY = {"schema": {"type": "string", "format": "binary"}}
+WHY = {400: "malformed body or Content-Length", 401: "missing or wrong bearer token",
+       408: "body not received within the body timeout", 413: "body over the size limit",
+       415: f"Content-Type is not {CONTENT_TYPE}", 422: "now is not an integer time in [0, 2^63)",
+       500: "the model failed on this request"}
+UNAVAILABLE = {"description": "refused now; X-LCR-Reason says why", "headers": {
+    "X-LCR-Reason": {"description": "busy: a queue or the connections are full, retry later; model-down: the model "
+                                    "process died, only a restart of the service helps",
+                     "schema": {"type": "string", "enum": ["busy", "model-down"]}},
+    "Retry-After": {"description": "with busy: seconds to wait", "schema": {"type": "integer"}}}}
 
-        future = self.model.request(OBSERVE, body, on_progress=progress)
-        future.add_done_callback(lambda done: (backlog.release(len(body) - taken, done=True), self.settled(done)))
-        self.counters["observe_requests"] += 1
-        return _json({"observed": len(body) // 16}), JSON
 
-    async def predict(self, scope, headers, receive):
-        now = parse_qs(scope["query_string"].decode("latin-1")).get("now", [""])[-1]
-        if not re.fullmatch(r"[0-9]{1,19}", now) or int(now) >= 1 << 63:
-            raise HttpError(422, f"query parameter now must be an integer time in [0, 2^63), got {now[:40]!r}")
-        nbytes = self.declared_length(headers)
-        self.check_model()
-        lane = self.predict_lane
-        try:
-            lane.admit(nbytes)
-        except Busy:
-            raise self.busy("predict queue is full") from None
-        try:
-            body = await self.read_body(receive, decode_keys)
-            self.check_model()
-            future = self.model.request(PREDICT, INT64.type(int(now)).tobytes(), body)
-        except BaseException:
-            lane.release(nbytes)
-            raise
-        future.add_done_callback(lambda _: lane.release(nbytes))  # not before the model is done
-        answer = await self.answer_of(future)
-        self.counters["predict_requests"] += 1
-        return bytes(answer), CONTENT_TYPE.encode()
+def _refusals(*statuses: int) -> dict:
+    documented = {status: {"model": Refusal, "description": WHY[status]} for status in statuses}
+    return {**documented, 503: {"model": Refusal, **UNAVAILABLE}}
 
-    async def train(self, scope, headers, receive):
-        self.check_model()
-        try:
-            self.train_lane.admit(0)  # runs after the observations handed over before it
-        except Busy:
-            raise self.busy("train queue is full") from None
-        future = self.model.request(TRAIN)
-        future.add_done_callback(lambda _: self.train_lane.release(0))
-        answer = await self.answer_of(future)
-        self.model.status["model_version"] = json.loads(answer)["model_version"]
-        return bytes(answer), JSON
 
-    async def health(self, scope, headers, receive):
-        if not self.model.alive:
-            raise HttpError(503, f"down: {self.model.exited}; only a restart of the service helps", MODEL_DOWN)
-        status = self.model.status
-        return _json({"status": "ok", "model_version": status["model_version"], "keys": status["keys"]}), JSON
+def _binary_body(description: str) -> dict:
+    return {"requestBody": {"required": True, "description": description, "content": {CONTENT_TYPE: BINARY}}}
 
-    async def metrics(self, scope, headers, receive):
-        backlog, lanes = self.backlog, {"predict": self.predict_lane, "train": self.train_lane}
-        queues = {"observe_queued": backlog.queued, "observe_queued_bytes": backlog.queued_bytes,
-                  "observe_waiting": backlog.waiting, **{f"{name}_queued": lane.queued for name, lane in lanes.items()}}
-        return _json({**self.model.status, **self.counters, **queues, "rejected_by_status": self.rejected_by_status,
-                      "max_keys": self.limits.max_keys,
-                      "uptime_s": time.time() - self.started, "front_pid": os.getpid(),
-                      "model_alive": self.model.alive}), JSON
+
+def _declare_routes(api: FastAPI, service: PredictorService) -> None:
+    """The routes and what the schema says of them; the busiest first (routes match in order)."""
+    guarded = [Security(BearerToken(service.token))] if service.token is not None else []
+    post = functools.partial(api.add_api_route, methods=["POST"], dependencies=guarded)
+    # response_class=Response (no media type of its own): 200 is documented as octets, refusals as JSON.
+    post("/predict", service.predict, summary="Predicted next-access times of keys", response_class=Response,
+         responses={200: {"description": "n float64 predicted next-access times, NaN = unknown (little-endian)",
+                          "content": {CONTENT_TYPE: BINARY}}, **_refusals(400, 401, 408, 413, 415, 422)},
+         openapi_extra=_binary_body("n int64 keys (8·n bytes, little-endian)"))
+    post("/observe", service.observe, summary="Hand observations to the model", response_model=Observed,
+         description="Answered once the batch is checked and handed to the model; it waits its turn while "
+                     "the observe backlog is full.",
+         responses=_refusals(400, 401, 408, 413, 415),
+         openapi_extra=_binary_body("n int64 keys, then n int64 times (16·n bytes, little-endian)"))
+    api.add_api_route("/health", service.health, methods=["GET"], summary="Liveness and model version (no token)",
+                      response_model=Health, responses={503: {"model": Refusal, **UNAVAILABLE}})
+    post("/train", service.train, summary="Fit now, after the observations handed over before",
+         response_model=Trained, responses=_refusals(401, 500))
+    api.add_api_route("/metrics", service.metrics, methods=["GET"], dependencies=guarded, summary="Counters",
+                      response_model=dict[str, Any], responses=_refusals(401))
+
+
+async def _client_gone(request: Request, err: ClientDisconnect) -> Response:
+    return Response(status_code=400)  # never sent: nobody is listening
+
+
+async def _internal_error(request: Request, err: Exception) -> Response:
+    return _refusal(500, "internal error")  # the server logs the traceback
 
 
 def create_app(model=None, token: "str | None" = None, max_body_bytes: "int | None" = None,
-               limits: "ServiceLimits | None" = None) -> ServiceApp:
-    """The service's ASGI app. ``model``: see ``model_factory``. The model process starts
-    with the app (lifespan startup) and stops with it."""
-    require_service_deps()
+               limits: "ServiceLimits | None" = None) -> FastAPI:
+    """The service's FastAPI app (its ``PredictorService`` in ``app.state.service``).
+    ``model``: see ``model_factory``. The model process starts with the app (lifespan
+    startup) and stops with it."""
     limits = limits or ServiceLimits()
     if max_body_bytes is not None:
         limits = ServiceLimits(**{**limits.__dict__, "max_body_bytes": int(max_body_bytes)})
-    return ServiceApp(model, token, limits)
+    service = PredictorService(model, token, limits)
+    # /docs and /openapi.json only (no ReDoc, no OAuth2 redirect): fewer routes to match before the service's.
+    api = FastAPI(title="lcr predictor service", version="1", redirect_slashes=False,
+                  redoc_url=None, swagger_ui_oauth2_redirect_url=None,
+                  description="A shared online LightGBM model of next-access times (docs/predictor.md, 'Service').")
+    api.state.service, api.state.limits = service, limits
+    _declare_routes(api, service)
+    api.add_exception_handler(HTTPException, service.refused)
+    api.add_exception_handler(RequestValidationError, service.invalid)
+    api.add_exception_handler(ClientDisconnect, _client_gone)
+    api.add_exception_handler(Exception, _internal_error)
+    api.add_middleware(_ModelLifespan, model=service.model)
+    return api
 
 
-def _guarded_protocol(app: ServiceApp):
+def _guarded_protocol(service: PredictorService):
     """uvicorn's h11 protocol with a deadline for each request's headers, the service's
     own connection cap, and JSON for what uvicorn would answer in plain text.
 
@@ -494,7 +568,7 @@ def _guarded_protocol(app: ServiceApp):
     import h11
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
-    header_timeout_s, max_connections = app.limits.header_timeout_s, app.limits.max_connections
+    header_timeout_s, max_connections = service.limits.header_timeout_s, service.limits.max_connections
 
     class HeaderDeadlineH11(H11Protocol):
         _header_timer = None
@@ -507,15 +581,15 @@ def _guarded_protocol(app: ServiceApp):
                 # As uvicorn's limit_concurrency counts: open connections and running requests.
                 if scope["type"] == "http" and (len(self.connections) > max_connections
                                                 or len(self.tasks) > max_connections):
-                    await app.over_capacity(send)
+                    await service.over_capacity(send)
                     return
                 await inner(scope, receive, send)
             self.app = capped
 
         def send_400_response(self, msg: str) -> None:
-            app.count_rejected(400)
-            body = _error_body(f"invalid HTTP request: {msg}")
-            headers = [(b"content-type", JSON), (b"content-length", str(len(body)).encode()),
+            service.count_rejected(400)
+            body = _refusal_body(f"invalid HTTP request: {msg}")
+            headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
                        (b"connection", b"close")]
             for event in (h11.Response(status_code=400, headers=headers, reason=b"Bad Request"), h11.Data(data=body),
                           h11.EndOfMessage()):
@@ -549,13 +623,16 @@ def _guarded_protocol(app: ServiceApp):
 
 
 def server_config(app, host: str = "127.0.0.1", port: int = 8765, log_level: str = "warning", **uvicorn_options):
-    """A ``uvicorn.Config`` carrying the service's connection limits (``app.state.limits``).
+    """A ``uvicorn.Config`` for the app of ``create_app``, carrying the service's connection
+    limits (``app.state.service``).
 
     ``uvicorn_options`` pass through, e.g. ``ssl_certfile``/``ssl_keyfile`` for TLS.
     """
-    _, uvicorn = require_service_deps()
-    limits: ServiceLimits = app.state.limits
-    return uvicorn.Config(app, host=host, port=port, log_level=log_level, http=_guarded_protocol(app),
+    import uvicorn
+
+    service: PredictorService = app.state.service
+    limits = service.limits
+    return uvicorn.Config(app, host=host, port=port, log_level=log_level, http=_guarded_protocol(service),
                           timeout_keep_alive=limits.keep_alive_s, **uvicorn_options)
 
 
@@ -571,4 +648,5 @@ def bind_warning(host: str, token: "str | None", tls: bool) -> "str | None":
             + " (see docs/predictor.md, 'Service')")
 
 
-__all__ = ["Busy", "HttpError", "ModelHost", "ServiceApp", "ServiceLimits", "bind_warning", "create_app", "model_factory", "server_config"]
+__all__ = ["Busy", "ModelHost", "PredictorService", "ServiceLimits", "bind_warning", "create_app", "model_factory",
+           "server_config"]
