@@ -1,16 +1,19 @@
 """How much of the LRU->OPT gap learned eviction closes on the shared real traces.
 
 Every shared trace x cache = 1/5/10% of its distinct keys x {LRU, the heuristics a user
-would pick instead (ARC, LIRS, S3-FIFO, W-TinyLFU, where registered), OPT, LARU and FPB
-driven by the online LightGBM model in each variant}. The learned predictions are the
-async ones (the model queried right after each access), computed in one pass per
-(trace, size, variant) and replayed on the native engines. Reports hit ratio, gap
-closed = (X - LRU) / (OPT - LRU) and model time per request (feature updates, sampling,
-fits and predictions, all on one core); writes benchmarks/results/learned_gap.json and,
-with --plot, a PNG. The model reads the static metadata each trace carries (embedding
-table, tokens from root, object size: ``lcr.traces.static``) unless --no-static.
-Traces longer than --max-requests are cut to their first requests. ``--trace FILE``
-(repeatable) runs the same table on your own traces instead, any format ``lcr sim`` reads.
+would pick instead (ARC, LIRS, S3-FIFO, W-TinyLFU, where registered), OPT, and LARU
+driven by the online LightGBM model in each variant}. With no flags it runs the
+defaults, what ``lcr sim TRACE --predictor lightgbm --policies laru`` runs (column
+``laru+lightgbm``), beside the paper's Algorithm 1 over the same model (``laru-paper``)
+and the weak model (``+weak``). The learned predictions are the async ones (the model
+queried right after each access), computed in one pass per (trace, size, variant) and
+replayed on the native engines. Reports hit ratio, gap closed = (X - LRU) / (OPT - LRU)
+and model time per request (feature updates, sampling, fits and predictions, all on one
+core); writes benchmarks/results/learned_gap.json and, with --plot, a PNG. The model
+reads the static metadata each trace carries (embedding table, tokens from root, object
+size: ``lcr.traces.static``) unless --no-static. Traces longer than --max-requests are
+cut to their first requests. ``--trace FILE`` (repeatable) runs the same table on your
+own traces instead, any format ``lcr sim`` reads.
 
 ``--generated`` runs the same cells on lcr's generated traces instead (zipf, loop, scan
 and a planted-periodic trace): a check that a choice tuned on the shared traces does
@@ -38,8 +41,10 @@ import numpy as np
 
 from lcr.errors import LcrInputError
 from lcr.policies import POLICIES
+from lcr.policies.laru import PAPER_RULE
+from lcr.predict import learned_config
 from lcr.predict.features import FeatureConfig
-from lcr.predict.lightgbm_model import BELADY_CLASSIFIER, LightGBMConfig
+from lcr.predict.lightgbm_model import LightGBMConfig
 from lcr.predict.replayed import replay_model
 from lcr.sim.native import native_replay
 from lcr.sim.report import machine_description
@@ -83,31 +88,25 @@ GENERATED = ["zipf:requests=200000,keys=20000,alpha=0.9,seed=1", "loop:requests=
              "scan:requests=200000,hot_keys=5000,alpha=0.8,scan_length=4000,seed=2", "planted-periodic"]
 SIZES = (0.01, 0.05, 0.10)
 HEURISTICS = ("arc", "lirs", "s3fifo", "wtinylfu")
-#: The model variants, one configuration each for every trace and size.
-VARIANTS = {
-    "regression": dict(objective="regression"),
-    "belady": dict(objective="belady", rank="time"),
-    "belady-p": BELADY_CLASSIFIER,
-    # Refitted twice as often on twice the samples: fresher models, about 3x the fit time.
-    "belady-p-fresh": dict(BELADY_CLASSIFIER, retrain_every=2_500, window=80_000),
-    # Refitted every 1,000 accesses (5x the fits): the trend of freshness, not a default.
-    "belady-p-r1000": dict(BELADY_CLASSIFIER, retrain_every=1_000),
-    # The robustness model: one tree over one feature (the key id).
-    "weak": dict(weak=True),
-}
+#: The model variants: ``lightgbm`` is ``lcr sim --predictor lightgbm``'s model (the
+#: classifier on its default schedule, ``lcr.predict.learned_config``); ``weak`` the
+#: robustness model, one tree over one feature (the key id). Variants that lost (the old
+#: schedule, the regression, the classifier ranked as a time, fits every 1,000 accesses)
+#: are in docs/predictor.md with the commit that last ran them, not options here.
+VARIANTS = ("lightgbm", "weak")
+DEFAULT_VARIANTS = VARIANTS
 #: Policies driven by each variant's predictions: (label, native core, parameters).
-#: b closer to 1 shrinks LARU's window more slowly after prediction-induced misses; "c":
-#: credit, the window also grows back by b on hits LRU would have missed; "g": a guard,
-#: LARU evicts by recency while its misses exceed 1.005 x an LRU cache's; "i": the interval
-#: expert, followed while its shadow misses at least 3% less than the predictions' shadow.
-LEARNED_POLICIES = (("laru", "laru", {}), ("laru-b1.03", "laru", {"b": 1.03}),
-                    ("laru-b1.05c", "laru", {"b": 1.05, "credit": 1}), ("laru-b1.1c", "laru", {"b": 1.1, "credit": 1}),
-                    ("laru-b1.05cg", "laru", {"b": 1.05, "credit": 1, "guard": 0.005}),
-                    ("laru-b1.05cgi", "laru", {"b": 1.05, "credit": 1, "guard": 0.005, "intervals": 1}),
-                    ("fpb", "fpb", {}))
-#: The variants run unless --variants names others. "regression" and "belady" (the
-#: classifier ranked as a time) measured below "belady-p" in every summary so far.
-DEFAULT_VARIANTS = ("belady-p", "belady-p-fresh", "weak")
+#: ``laru`` is the spec's defaults (the measured best); ``laru-paper`` the paper's Algorithm 1.
+LEARNED_POLICIES = (("laru", "laru", {}), ("laru-paper", "laru", dict(PAPER_RULE)))
+
+
+def variant_config(variant: str, capacity: int, seed: int = 0, trace: Trace | None = None) -> LightGBMConfig:
+    """The model of ``variant`` for a cache of ``capacity`` keys, reading the static
+    metadata ``trace`` carries (None: none), fitted inline (reproducible)."""
+    if variant == "lightgbm":
+        return learned_config("lightgbm", seed, trace, capacity)
+    features = FeatureConfig(static_fields=static_fields(trace) if trace is not None else ())
+    return LightGBMConfig(background=False, capacity=capacity, seed=seed, features=features, weak=True)
 
 
 def load_movielens(path: Path) -> Trace:
@@ -141,31 +140,30 @@ def gap_closed(x: float, lru: float, opt: float) -> float:
     return (x - lru) / (opt - lru) if opt > lru else 0.0
 
 
-def warm_up(variants: dict) -> None:
+def warm_up(variants: list[str]) -> None:
     """One small pass per variant (past its first fits) before anything is timed: the
     first pass in a process pays one-time costs, about 1 s of importing LightGBM and its
     dependencies, that are no part of the model's cost per request."""
     trace = generate("zipf:requests=12000,keys=2000,alpha=0.8,seed=0")
-    for params in variants.values():
-        replay_model(trace, LightGBMConfig(background=False, capacity=100, **params))
+    for variant in variants:
+        replay_model(trace, variant_config(variant, 100))
 
 
-def run_trace(trace: Trace, variants: dict, heuristics: list[str], seed: int = 0,
+def run_trace(trace: Trace, variants: list[str], heuristics: list[str], seed: int = 0,
               static: bool = True, half: str = "yours") -> list[dict]:
-    """The cells of one trace; ``half`` labels them (tuning, report, generated, yours)."""
+    """The cells of one trace; ``half`` labels them (tuning, report, generated, yours).
+    ``static``: the models read the metadata the trace carries (table, tokens from root,
+    size), as a cache would pass it."""
     rows = []
-    # The metadata the trace carries (table, tokens from root, size), as a cache would pass it.
-    features = FeatureConfig(static_fields=static_fields(trace) if static else ())
     for fraction in SIZES:
         k = max(1, round(fraction * trace.distinct_keys))
         misses = {name: run_one(trace, PolicySpec(name), k).misses for name in ("lru", "opt", *heuristics)}
         timing = {}
-        for variant, params in variants.items():
+        for variant in variants:
             # The model's cost per request: replay_model does all of the model's work
             # (feature updates, sampling, fits, predictions) in this thread, on one core.
             start = time.perf_counter()
-            model = replay_model(trace, LightGBMConfig(background=False, capacity=k, seed=seed, features=features,
-                                                       **params))
+            model = replay_model(trace, variant_config(variant, k, seed, trace if static else None))
             timing[variant] = (time.perf_counter() - start) / len(trace)
             for label, policy, params in LEARNED_POLICIES:
                 run = native_replay(trace, policy, k, model.values, mode="async", **params)
@@ -244,8 +242,8 @@ def plot(rows: list[dict], path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = [n for n in rows[0]["gap_closed"]  # the heuristics and LARU on the fresh classifier
-             if n not in ("lru", "opt") and ("+" not in n or (n.startswith("laru") and n.endswith("+belady-p-fresh")))]
+    names = [n for n in rows[0]["gap_closed"]  # the heuristics and LARU on the default model
+             if n not in ("lru", "opt") and ("+" not in n or n.endswith("+lightgbm"))]
     labels = [f"{r['half'][0].upper()} {r['trace'][:14]} {r['fraction']:.0%}" for r in rows]  # T/R: the half
     x = np.arange(len(rows))
     width = 0.8 / len(names)
@@ -274,7 +272,7 @@ def main() -> None:
     parser.add_argument("--trace", action="append", metavar="FILE",
                         help="run on this trace file instead of the shared ones (repeatable)")
     parser.add_argument("--format", help="the --trace files' format, as lcr sim --format (default: detected)")
-    parser.add_argument("--variants", help=f"comma-separated subset of {', '.join(VARIANTS)}")
+    parser.add_argument("--variants", help=f"comma-separated subset of {', '.join(VARIANTS)} (default: all)")
     parser.add_argument("--markdown", action="store_true", help="print the tables of docs/predictor.md")
     parser.add_argument("--seed", type=int, default=0,
                         help="the models' seed (training-sample draws and LightGBM): the spread across seeds")
@@ -283,7 +281,10 @@ def main() -> None:
                         help="leave out the traces' static metadata (table, tokens from root, size) as features")
     args = parser.parse_args()
     heuristics = [h for h in HEURISTICS if h in POLICIES]
-    variants = {v: VARIANTS[v] for v in (args.variants.split(",") if args.variants else DEFAULT_VARIANTS)}
+    variants = args.variants.split(",") if args.variants else list(DEFAULT_VARIANTS)
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown:
+        raise LcrInputError(f"--variants: unknown {', '.join(map(repr, unknown))}; valid: {', '.join(VARIANTS)}")
     rows, start = [], time.perf_counter()
     warm_up(variants)
     if args.generated:

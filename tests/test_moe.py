@@ -158,6 +158,23 @@ def test_laru_over_llru_with_perfect_predictions_is_opt():
         assert misses(trace, "laru_llru", k) == misses(trace, "opt", k)
 
 
+def test_laru_over_llru_runs_the_papers_rule_and_refuses_lcrs_extensions():
+    """Credit and the guard count against plain LRU and the interval expert's shadows replay
+    plain LARU, none of them LLRU's order: LARU over LLRU is Algorithm 1 (b = 2) whatever
+    LARU's own defaults are, and refuses those options instead of running them wrong."""
+    from lcr.policies.laru import PAPER_RULE
+    from lcr.predict import ArrayPredictor
+
+    predictor = ArrayPredictor(np.zeros(1))
+    policy = make_policy("laru_llru", 8, predictor=predictor, layers=2, experts=4)
+    assert (policy.b, policy.credit, policy.guard, policy.shadows, policy.lru_shadow) == \
+        (PAPER_RULE["b"], False, None, None, None)
+    assert make_policy("laru_llru", 8, predictor=predictor, layers=2, experts=4, b=1.5).b == 1.5
+    for option in ("credit", "guard", "intervals"):
+        with pytest.raises(TypeError, match=option):
+            make_policy("laru_llru", 8, predictor=predictor, layers=2, experts=4, **{option: 1})
+
+
 # --- routing traces and the generator -------------------------------------------------------------
 
 def test_generator_per_layer_frequencies_follow_the_zipf_law():

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 import lcr.cli
 from lcr.errors import LcrInputError
 from lcr.policies import make_policy
+from lcr.policies.laru import PAPER_RULE
 from lcr.predict.experimental import ArrayPredictor, lognormal_predictions, oracle_predictions
 from lcr.sim.native import dense_ids, native_replay
 from lcr.sim.runner import replay
@@ -35,15 +36,16 @@ VARIANTS = [
     ("fpb", {"mode": "async"}),
     ("hf", {}),
     ("hf", {"window": 32, "mode": "async"}),
-    ("laru", {}),
+    ("laru", {}),  # the default: credit, guard and the interval expert on
     ("laru", {"mode": "async"}),
-    ("laru", {"shrink_every": 3, "b": 1.5}),
-    ("laru", {"mode": "async", "b": 4.0, "shrink_every": 2}),
-    ("laru", {"credit": 1, "b": 1.5}),
-    ("laru", {"mode": "async", "credit": 1, "b": 1.1}),
-    ("laru", {"guard": 0.0, "b": 1.5}),
-    ("laru", {"mode": "async", "credit": 1, "b": 1.05, "guard": 0.02}),
-    ("laru", {"intervals": 1, "b": 1.5}),
+    ("laru", dict(PAPER_RULE)),  # Algorithm 1 as the paper writes it
+    ("laru", {**PAPER_RULE, "shrink_every": 3, "b": 1.5}),
+    ("laru", {**PAPER_RULE, "mode": "async", "b": 4.0, "shrink_every": 2}),
+    ("laru", {**PAPER_RULE, "credit": 1, "b": 1.5}),
+    ("laru", {**PAPER_RULE, "mode": "async", "credit": 1, "b": 1.1}),
+    ("laru", {**PAPER_RULE, "guard": 0.0, "b": 1.5}),
+    ("laru", {**PAPER_RULE, "mode": "async", "credit": 1, "b": 1.05, "guard": 0.02}),
+    ("laru", {**PAPER_RULE, "intervals": 1, "b": 1.5}),
     ("laru", {"mode": "async", "credit": 1, "b": 1.05, "guard": 0.02, "intervals": 1, "margin": 0.0}),
     ("arc", {}),
     ("lirs", {}),
@@ -120,7 +122,7 @@ def test_laru_shrinks_lambda_and_counts_like_the_spec():
     trace = generate("zipf:requests=8000,keys=400,alpha=0.8,seed=6")
     predictions = oracle_predictions(trace, 1.0)
     for shrink_every in (1, 2, 5):
-        got = assert_same_decisions(trace, "laru", 40, predictions, shrink_every=shrink_every)
+        got = assert_same_decisions(trace, "laru", 40, predictions, **dict(PAPER_RULE, shrink_every=shrink_every))
         assert got.stats["prediction_induced_misses"] > 0
         assert got.stats["phases"] > 1
 
@@ -142,7 +144,8 @@ def test_laru_guard_evicts_by_recency_like_the_spec():
     trace = generate("zipf:requests=8000,keys=400,alpha=0.8,seed=6")
     predictions = oracle_predictions(trace, 1.0)
     for guard, credit in ((0.0, 0), (0.02, 1)):
-        got = assert_same_decisions(trace, "laru", 40, predictions, guard=guard, credit=credit, b=1.05)
+        got = assert_same_decisions(trace, "laru", 40, predictions,
+                                    **dict(PAPER_RULE, guard=guard, credit=credit, b=1.05))
         assert got.stats["guarded_evictions"] > 0
         if not credit:  # the guard's shadow LRU must not turn credit on
             assert got.stats["credited_hits"] == 0

@@ -95,7 +95,8 @@ def make_slabset_policy(name: str, predictions: SlotPredictions, hf_window: int 
     if name == "hf":
         return HF(SLABSET_SLOTS, predictions, mode="sync", window=hf_window)
     if name == "laru":
-        return LARU(SLABSET_SLOTS, predictions, mode="sync", b=LARU_B, record=BitsetRecord())
+        return LARU(SLABSET_SLOTS, predictions, mode="sync", b=LARU_B, credit=False, guard=None, intervals=False,
+                    record=BitsetRecord())  # Algorithm 1, the slab engines' rule
     raise ValueError(f"unknown slabset policy {name!r}; valid: {', '.join(POLICIES)}")
 
 

@@ -1,4 +1,4 @@
-"""LARU: learning-augmented LRU (Algorithm 1 of the LCR paper).
+"""LARU: learning-augmented LRU (Algorithm 1 of the LCR paper, with lcr's extensions).
 
 On a miss into a full cache:
   - if no unrequested old item is left, a new phase starts: every cached item becomes
@@ -9,37 +9,44 @@ On a miss into a full cache:
     items; with l = 1 that is an LRU eviction (no predictor call), else the candidate
     with the largest predicted next-request time is evicted.
 
+The defaults are lcr's measured best for a learned model (docs/predictor.md, "Learned
+eviction"; tests/test_defaults.py): b = 1.05 with ``credit``, ``guard`` 0.005 and
+``intervals``, below. Their guarantee is the guard's (at most 1.005 x LRU's misses + k),
+not Theorem 1's, which credit gives up. Algorithm 1 as the paper writes it, which Theorem
+1 and the paper's experiments are about, is ``PAPER_RULE`` (b = 2, the three extensions off).
+
 ``shrink_every`` gives the LLM variant of the paper's Section 5.1: lambda is divided by
 ``b`` once every ``shrink_every`` prediction-induced misses of a phase (the paper uses
 k/32 there, see ``llm_shrink_every``); the default 1 is Algorithm 1 as written.
 
-``credit`` (off by default; lcr's extension, not in the paper) also lets lambda grow
-back: every hit that an LRU cache of the same size would have missed (the predictions
-kept a key LRU would have lost) multiplies it by ``b``, up to 1. Without credit the
-window only shrinks within a phase, so predictions that are mostly right still drift to
-LRU after log_b k induced misses; with it the window follows the predictions' net
-effect against LRU. Oracle predictions cause no induced miss, so lambda stays 1 and
-LARU with credit still makes OPT's decisions.
+``credit`` (lcr's extension, not in the paper) also lets lambda grow back: every hit
+that an LRU cache of the same size would have missed (the predictions kept a key LRU
+would have lost) multiplies it by ``b``, up to 1. Without credit the window only shrinks
+within a phase, so predictions that are mostly right still drift to LRU after log_b k
+induced misses; with it the window follows the predictions' net effect against LRU.
+Oracle predictions cause no induced miss, so lambda stays 1 and LARU with credit still
+makes OPT's decisions.
 
-``guard`` (off by default; lcr's extension) is a miss budget against LRU: while LARU's
-misses so far exceed (1 + guard) times those of an LRU cache of the same size on the
-same requests, it evicts by recency (no predictor call, lambda untouched). LRU caches of
-one size agree once k distinct keys have been requested since they last differed, so
-LARU with a guard misses at most (1 + guard) x LRU's misses + k, whatever the
-predictions. Oracle predictions never exceed LRU's misses (OPT is optimal on every
-prefix of the requests), so the guard never acts and LARU still makes OPT's decisions.
+``guard`` (lcr's extension; None, or ``"none"`` as ``lcr sim`` spells it, is no guard)
+is a miss budget against LRU: while LARU's misses so far exceed (1 + guard) times those
+of an LRU cache of the same size on the same requests, it evicts by recency (no
+predictor call, lambda untouched). LRU caches of one size agree once k distinct keys
+have been requested since they last differed, so LARU with a guard misses at most (1 +
+guard) x LRU's misses + k, whatever the predictions. Oracle predictions never exceed
+LRU's misses (OPT is optimal on every prefix of the requests), so the guard never acts
+and LARU still makes OPT's decisions.
 
-``intervals`` (off by default; lcr's extension) gives LARU a second expert for its window:
-each key's own last interval (``lcr.policies.interval_expert``), which needs no model and
-is what OPT does on loops, where a boundary classifier's answers all tie. Two shadow
-LARUs (same parameters, keys only) run beside the cache, one over the predictions and
-one over the interval expert; inside its window LARU follows the interval expert while
-that shadow has missed less so far than the predictions' shadow, by more than
-``margin`` times the latter's misses or by more than k; else the predictions. Oracle
-predictions make their shadow OPT, which no shadow beats on any prefix of the requests,
-so LARU still makes OPT's decisions; any victim from the window keeps Theorem 1's bound,
-and the guard's budget holds as before. The predictor is asked twice per query (the
-cache and its shadow).
+``intervals`` (lcr's extension) gives LARU a second expert for its window: each key's
+own last interval (``lcr.policies.interval_expert``), which needs no model and is what
+OPT does on loops, where a boundary classifier's answers all tie. Two shadow LARUs (same
+parameters, keys only) run beside the cache, one over the predictions and one over the
+interval expert; inside its window LARU follows the interval expert while that shadow
+has missed less so far than the predictions' shadow, by more than ``margin`` times the
+latter's misses or by more than k; else the predictions. Oracle predictions make their
+shadow OPT, which no shadow beats on any prefix of the requests, so LARU still makes
+OPT's decisions; any victim from the window keeps Theorem 1's bound, and the guard's
+budget holds as before. The predictor is asked twice per query (the cache and its
+shadow).
 
 ``record`` replaces the exact set of prediction-evicted keys with any object offering
 ``add``, ``discard``, ``clear`` and ``in`` (SlabHash keeps a bitset, see
@@ -48,6 +55,8 @@ cache and its shadow).
 from __future__ import annotations
 
 import math
+import numbers
+from types import MappingProxyType
 from typing import MutableSet
 
 from lcr.policies.base import Policy
@@ -56,6 +65,20 @@ from lcr.policies.predictions import NextAccessPredictor, PredictionTable
 from lcr.policies.lru import LRU
 from lcr.policies.recency import RecencyOrder
 from lcr.policies.window import choose_in_window
+
+
+#: Algorithm 1 as the paper writes it (b = 2, none of lcr's extensions): what Theorem 1 and
+#: the paper's experiments are about. ``lcr sim --policies 'laru:b=2;credit=0;guard=none;intervals=0'``.
+PAPER_RULE = MappingProxyType({"b": 2.0, "credit": False, "guard": None, "intervals": False})
+
+
+def _guard_budget(guard) -> float | None:
+    """``guard`` as LARU keeps it: None (or the word ``none``) is no guard, else a number >= 0."""
+    if guard is None or (isinstance(guard, str) and guard.lower() == "none"):
+        return None
+    if isinstance(guard, numbers.Real) and not isinstance(guard, bool) and guard >= 0:
+        return float(guard)
+    raise ValueError(f"laru guard must be a number >= 0, or none for no guard, got {guard!r}")
 
 
 def llm_shrink_every(capacity: int) -> int:
@@ -67,9 +90,10 @@ class LARU(Policy):
     name = "laru"
     uses_predictions = True
 
+    # The defaults are the measured best (module docstring); PAPER_RULE is Algorithm 1.
     def __init__(self, capacity: int, predictor: NextAccessPredictor, mode: str = "sync",
-                 b: float = 2.0, shrink_every: int = 1, record: MutableSet[int] | None = None,
-                 credit: bool = False, guard: float | None = None, intervals: bool = False,
+                 b: float = 1.05, shrink_every: int = 1, record: MutableSet[int] | None = None,
+                 credit: bool = True, guard: float | str | None = 0.005, intervals: bool = True,
                  margin: float = 0.03):
         super().__init__(capacity)
         if not b > 1:
@@ -78,8 +102,7 @@ class LARU(Policy):
             raise ValueError(f"laru shrink_every must be at least 1, got {shrink_every}")
         if credit not in (0, 1):
             raise ValueError(f"laru credit must be 0 or 1, got {credit!r}")
-        if guard is not None and not guard >= 0:
-            raise ValueError(f"laru guard must be >= 0, got {guard!r}")
+        guard = _guard_budget(guard)
         if intervals not in (0, 1):
             raise ValueError(f"laru intervals must be 0 or 1, got {intervals!r}")
         if not 0 <= margin < 1:
@@ -87,7 +110,7 @@ class LARU(Policy):
         self.b = float(b)
         self.shrink_every = int(shrink_every)
         self.credit = bool(credit)
-        self.guard = None if guard is None else float(guard)
+        self.guard = guard
         # What plain LRU would hold, and its misses so far (credit and guard read them).
         self.lru_shadow = LRU(capacity) if credit or guard is not None else None
         self.recency = self.resident = RecencyOrder()
@@ -101,7 +124,7 @@ class LARU(Policy):
         self.interval_ranks = IntervalRanks() if intervals else None
         self.shadows = None
         if intervals:
-            same = dict(b=b, shrink_every=shrink_every, credit=credit, guard=guard)
+            same = dict(b=b, shrink_every=shrink_every, credit=credit, guard=guard, intervals=False)
             self.shadows = (LARU(capacity, predictor, mode, **same),
                             LARU(capacity, self.interval_ranks, "sync", **same))
         self.stats.extra.update(phases=0, prediction_induced_misses=0, credited_hits=0,

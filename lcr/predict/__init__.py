@@ -4,9 +4,12 @@ model, and the registry the simulator and caches pick from by name.
 Registry names: the experiment predictors (``oracle``, ``lognormal``, ``constant``),
 and ``lightgbm``, ``lightgbm-compact``, ``lightgbm-weak``. After a colon, ``;``-separated
 items: ``sync`` or ``async`` (how the policies query it) and, for a learned model, its
-schedule: ``lightgbm:async;retrain_every=2500;window=80000``.
+schedule: ``lightgbm:async;retrain_every=5000;window=40000``. ``lightgbm``'s default
+schedule is ``LIGHTGBM_SCHEDULE``, the measured best.
 """
 from __future__ import annotations
+
+from types import MappingProxyType
 
 import numpy as np
 
@@ -21,6 +24,12 @@ LEARNED = ("lightgbm", "lightgbm-compact", "lightgbm-weak")
 QUERY_MODES = ("sync", "async")
 #: Settings a learned model's name may carry (``LightGBMConfig`` fields): its schedule.
 LEARNED_OPTIONS = ("retrain_every", "window")
+#: ``lightgbm``'s schedule unless its name sets one: a fit every 2,500 accesses on up to
+#: 80,000 samples, the measured best with LARU's defaults (docs/predictor.md, "Learned
+#: eviction": `belady-p-fresh`; tests/test_defaults.py). About 2.4x the model time per
+#: request of ``LightGBMConfig``'s 5,000 / 40,000, which the compact and weak models and
+#: the shared service (``lcr serve-predictor``) keep.
+LIGHTGBM_SCHEDULE = MappingProxyType({"retrain_every": 2_500, "window": 80_000})
 PREDICTOR_HELP = (f"{', '.join(EXPERIMENTAL)} or {', '.join(LEARNED)}; after a colon, ';'-separated: "
                   f"sync or async, and for a learned model {'=N, '.join(LEARNED_OPTIONS)}=N "
                   f"(e.g. lightgbm:async;window=80000)")
@@ -96,9 +105,9 @@ def learned_config(name: str, seed: int = 0, trace: Trace | None = None, capacit
     """The online model's settings for registry name ``name`` (with its schedule options).
 
     ``lightgbm`` is the relaxed-Belady classifier ranked by its probability, with its
-    boundary for a cache of ``capacity`` keys (None: ``capacity_fraction`` of the keys seen),
-    the model docs/predictor.md measures; given a trace, it also reads the static metadata
-    the trace carries (``lcr.traces.static``). ``lightgbm-compact`` is the paper's
+    boundary for a cache of ``capacity`` keys (None: ``capacity_fraction`` of the keys seen)
+    and ``LIGHTGBM_SCHEDULE``, the model docs/predictor.md measures; given a trace, it also
+    reads the static metadata the trace carries (``lcr.traces.static``). ``lightgbm-compact`` is the paper's
     four-feature DLRM model and ``lightgbm-weak`` the robustness model (one tree, one
     feature), both regressions on the time to the next access, the same for every size."""
     from lcr.predict.features import FeatureConfig
@@ -110,11 +119,11 @@ def learned_config(name: str, seed: int = 0, trace: Trace | None = None, capacit
         raise LcrInputError(f"predictor {name!r} is not a learned model; valid: {', '.join(LEARNED)}")
     full = base == "lightgbm"
     static = static_fields(trace) if trace is not None and full else ()
-    classifier = dict(BELADY_CLASSIFIER, capacity=capacity) if full else {}
+    settings = {**BELADY_CLASSIFIER, "capacity": capacity, **LIGHTGBM_SCHEDULE} if full else {}
     # Fits run inline in the simulator so that a replay is reproducible.
     return LightGBMConfig(seed=seed, background=False, weak=base == "lightgbm-weak",
                           features=FeatureConfig(mode="full" if full else "compact", static_fields=static),
-                          **classifier, **options)
+                          **{**settings, **options})
 
 
 def make_learned_predictor(name: str, trace: Trace, seed: int = 0, capacity: int | None = None) -> Predictor:
@@ -133,6 +142,6 @@ def make_learned_predictor(name: str, trace: Trace, seed: int = 0, capacity: int
     return TraceMetadataFeed(model, trace) if config.features.static_fields else model
 
 
-__all__ = ["Predictor", "ArrayPredictor", "PREDICTOR_HELP", "LEARNED", "LEARNED_OPTIONS",
+__all__ = ["Predictor", "ArrayPredictor", "PREDICTOR_HELP", "LEARNED", "LEARNED_OPTIONS", "LIGHTGBM_SCHEDULE",
            "make_predictor", "make_predictions", "has_prediction_array", "learned_config",
            "parse_predictor", "parse_predictor_name", "format_predictor", "oracle_predictions", "true_next_times"]
