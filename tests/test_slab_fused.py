@@ -30,7 +30,8 @@ from lcr.embedding.cache import SlabHashCache, StalePlan  # noqa: E402
 from lcr.embedding.reference import BYPASSED, HIT, POLICIES, SlabsetReference  # noqa: E402
 from lcr.embedding.sls import read_bags  # noqa: E402
 
-from test_slabhash_cache import keys_in_slabset, next_batch_times, noisy, zipf_batches  # noqa: E402
+from test_slabhash_cache import (keys_in_slabset, next_batch_times, noisy,  # noqa: E402
+                                 slot_counts, spec_counts, zipf_batches)
 
 META = ("keys", "tags", "stamps", "predictions", "old", "lambda_shift", "old_count", "record")
 BIG = 1 << 31  # keys from here on: the table's row arithmetic must be 64-bit
@@ -95,6 +96,8 @@ def lockstep(policy: str, num_slabsets: int, batches, table, seed: int, noise: f
         assert torch.equal(fused.fused_sls(model, store, indices, offsets), expected)
         assert_same_state(model, two_step)
         assert model.cached_keys() == reference.cached_keys()
+        if policy == "lfu":  # the fused probe counts LFU's requests as the refresh does
+            assert slot_counts(model) == spec_counts(reference)
         assert (model.hits, model.misses, model.bypassed) == (hits, misses, bypassed)
         assert_rows_cached(model, table)
         predictions = noisy(times, noise, rng)  # per lookup: a repeated key keeps its last
@@ -127,7 +130,7 @@ def test_one_hot_slabset_under_adversarial_predictions(policy):
         assert int(cache.meta.lambda_shift[1]) > 0 or int(cache.meta.record.ne(0).sum()) > 0
 
 
-@pytest.mark.parametrize("policy", ["lru", "laru"])
+@pytest.mark.parametrize("policy", ["lru", "laru", "lfu"])
 def test_many_misses_per_slabset(policy):
     # 7 slabsets, batches of up to 1500 lookups over 20,000 keys: hundreds of misses per
     # slabset (the insert's sorts run many passes), repeats among them, mostly bypassed.

@@ -23,7 +23,8 @@ from lcr.embedding.cache import SlabHashCache  # noqa: E402
 from lcr.embedding.hashing import slabset_of, tag_of  # noqa: E402
 from lcr.embedding.reference import POLICIES, SlabsetReference  # noqa: E402
 
-from test_slabhash_cache import keys_in_slabset, next_batch_times, noisy, zipf_batches  # noqa: E402
+from test_slabhash_cache import (keys_in_slabset, next_batch_times, noisy,  # noqa: E402
+                                 slot_counts, spec_counts, zipf_batches)
 
 META = ("keys", "tags", "stamps", "predictions", "old", "lambda_shift", "old_count", "record")
 BIG = 1 << 40  # keys >= 2^31: the high bits must survive every path
@@ -59,6 +60,8 @@ def three_way(policy, num_slabsets, batches, seed, noise=0.3):
             engine.set_predictions(batch, predictions)
         for name in META:
             assert torch.equal(getattr(cpu.meta, name), getattr(model.meta, name)), name
+        if policy == "lfu":  # and the counts both keep are the spec's
+            assert slot_counts(cpu) == spec_counts(reference)
     assert cpu.hits == model.hits and cpu.misses == model.misses
     assert cpu.bypassed == model.bypassed
     return cpu
@@ -154,7 +157,7 @@ CRITEO = Path(__file__).resolve().parents[1] / "../shared/data/embedding/criteo_
 
 
 @pytest.mark.skipif(not CRITEO.exists(), reason="shared data absent")
-@pytest.mark.parametrize("policy", ["lru", "laru"])
+@pytest.mark.parametrize("policy", ["lru", "laru", "lfu"])
 def test_real_criteo_lookups(policy):
     # 22,873 real (field, value) lookups: keys (field << 32 | value) mostly >= 2^32.
     from lcr.traces import load_trace

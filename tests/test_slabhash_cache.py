@@ -41,6 +41,16 @@ def noisy(times: np.ndarray, noise: float, rng: np.random.Generator) -> np.ndarr
     return np.where(flip, -times, times)
 
 
+def slot_counts(cache: SlabHashCache) -> dict[int, float]:
+    """An LFU cache's request count per cached key: minus its slot's prediction."""
+    slots = zip(cache.meta.keys.tolist(), cache.meta.predictions.tolist())
+    return {key: -value for key, value in slots if key >= 0}
+
+
+def spec_counts(reference: SlabsetReference) -> dict[int, int]:
+    return {key: count for slabset in reference.slabsets for key, count in slabset.count.items()}
+
+
 def replay(policy: str, num_slabsets: int, batches: list[np.ndarray], noise: float = 0.0,
            seed: int = 0, device: str = "cpu"):
     """Run reference and engine side by side; return both after asserting every decision."""
@@ -56,6 +66,8 @@ def replay(policy: str, num_slabsets: int, batches: list[np.ndarray], noise: flo
         predictions = noisy(times, noise, rng)
         reference.set_predictions(batch, predictions)
         cache.set_predictions(batch, predictions)
+        if policy == "lfu":  # predictions are ignored: the slots keep the spec's counts
+            assert slot_counts(cache) == spec_counts(reference)
     assert cache.cached_keys() == reference.cached_keys()
     return reference, cache
 
@@ -187,6 +199,48 @@ def test_spec_policies_decide_as_before_when_nothing_is_pinned():
     for t, key in enumerate([1, 2, 1, 3]):
         lru.access(key, t)
     assert lru.last_evicted == 2
+
+
+def lfu_steps() -> list[tuple[list[int], list[int], list[int]]]:
+    """Batches into one LFU slabset with the hand-computed outcome and evicted key per
+    distinct key (the victim is the unpinned key with the fewest requests since it was
+    loaded, the one that reached that count first on ties). Key k sits in slot k."""
+    b2 = [63, 63] + [k for k in range(62, -1, -1) if k not in (3, 7)]
+    cached = [k for k in range(62) if k not in (3, 7)] + [100, 106, 107, 108]
+    return [
+        (list(range(64)), [INSERTED] * 64, [-1] * 64),
+        # All but 3 and 7 reach count 2, 63 first (counted once though looked up twice).
+        (b2, [HIT] * 62, [-1] * 62),
+        ([100], [INSERTED], [3]),  # count 1: 3 and 7, 3 reached it first
+        ([101], [INSERTED], [7]),
+        ([100, 102], [HIT, INSERTED], [-1, 101]),  # 100 now has 2: 101 (LRU would take 63)
+        ([103], [INSERTED], [102]),
+        # 105 finds 104 (pinned) alone at count 1: the key that reached 2 first leaves, 63
+        # (not key 0 in the lowest slot, not 100 which reached 2 last).
+        ([104, 105], [INSERTED] * 2, [103, 63]),
+        ([63], [INSERTED], [104]),  # 63 is back with count 1: its 2 was forgotten
+        ([106, 107, 108], [INSERTED] * 3, [105, 63, 62]),  # so it leaves before any count 2
+        # Every cached key pinned: 200 is bypassed, unseen by LFU; every count goes up.
+        (cached + [200], [HIT] * 64 + [BYPASSED], [-1] * 65),
+        ([201], [INSERTED], [106]),  # count 2: 106, 107, 108 in that order (LRU: key 0)
+    ]
+
+
+def test_lfu_evicts_the_fewest_requests_that_reached_their_count_first():
+    from lcr import _native
+    _native.warp_model.set_seed(1)
+    reference = SlabsetReference(1, "lfu")
+    engines = [SlabHashCache(1, dim=2, policy="lfu"),
+               SlabHashCache(1, dim=2, policy="lfu", engine="warp-model")]
+    for batch, outcome, evicted in lfu_steps():
+        expected = reference.access(batch)
+        assert (expected.outcome, expected.evicted) == (outcome, evicted)
+        for cache in engines:
+            got = cache.access(batch)
+            assert (got.outcome.tolist(), got.evicted.tolist()) == (outcome, evicted)
+            # Predictions are ignored: the slot holds minus the key's count, the spec's.
+            cache.set_predictions(batch, [0.0] * len(batch))
+            assert slot_counts(cache) == spec_counts(reference)
 
 
 def gpu_vs_cpu(policy, batches, num_slabsets=64, device="cuda", seed=11):

@@ -5,10 +5,10 @@
 // (csrc/cpu/slab_warp_model.cpp). Two kernels per batch, no host round trip:
 //
 // 1. pool_bag, a warp per bag. Its lanes probe the bag's lookups 32 at a time (find_slot),
-//    refresh each hit with the first-touch stamp rule (refresh_slot) and list each miss
-//    (position, key) on its slabset's list; then the warp sums the bag's rows, a hit's
-//    from the cache's rows, a miss's straight from the backing table, in wide pieces
-//    (several lookups at once when a row is narrower than 32 pieces). A missed row is
+//    refresh each hit with the first-touch rule (refresh_slot: the stamp, LFU's count) and
+//    list each miss (position, key) on its slabset's list; then the warp sums the bag's
+//    rows, a hit's from the cache's rows, a miss's straight from the backing table, in wide
+//    pieces (several lookups at once when a row is narrower than 32 pieces). A missed row is
 //    also kept in a staging row on the device (while they last), so that host memory is
 //    read once per missed lookup.
 // 2. insert_misses, a warp per slabset with misses (grid-stride over the device-side count

@@ -7,6 +7,9 @@
 // is a warp's, which owns one slabset at a time: lane l holds slot l of slab 0 and slot l
 // of slab 1, so a free slot is two coalesced loads and two ballots, and a victim is a
 // warp reduction.
+// LFU keeps each slot's request count in its prediction, negated (count_request), so
+// that the victim search of FPB (largest prediction, then least recently used) over every
+// evictable slot is LFU's rule: fewest requests, then the key that reached its count first.
 // Semantics (the spec is lcr.embedding.reference): docs/embedding.md. A batch of N
 // lookups at clock c: a hit's stamp is c + (position of the key's first lookup), an
 // inserted miss's is c + N + (its first position); the clock then moves to c + 2N.
@@ -88,6 +91,17 @@ LCR_WARP_FN void probe_lookup(W& w, const SlabTable& t, const int64_t* keys, int
     }
 }
 
+// LFU's counts live in the predictions as -count (one request per distinct key per batch):
+// a slot starts at -1 and each batch's first touch of a hit subtracts 1; other policies
+// start unknown (+inf) and take the values set_prediction writes, which LFU ignores.
+LCR_WARP_FN double fresh_prediction(const SlabTable& t) { return t.policy == kLfu ? -1.0 : INFINITY; }
+
+LCR_WARP_FN void count_request(const SlabTable& t, int64_t slot) {
+    if (t.policy == kLfu) t.predictions[slot] -= 1.0;  // the one first-touching thread: no race
+}
+
+LCR_WARP_FN bool takes_predictions(const SlabTable& t) { return t.policy != kLfu; }
+
 // refresh: one thread per lookup. The first lookup of a hit key (smallest position p)
 // leaves stamp clock + p. Stamps only go down once they are >= clock, so exactly one
 // thread lifts a slot's stamp over the clock: it alone does the LARU bookkeeping and
@@ -101,7 +115,8 @@ LCR_WARP_FN bool refresh_slot(W& w, const SlabTable& t, int64_t slot, int64_t p,
         const int64_t before = w.atomic_cas(&t.stamps[slot], seen, wanted);
         if (before == seen) {
             if (seen >= clock) return false;
-            if (t.old[slot]) {  // this batch's first touch of the slot
+            count_request(t, slot);  // this batch's first touch of the slot
+            if (t.old[slot]) {
                 t.old[slot] = 0;
                 w.atomic_add(&t.old_count[slot / kSlabsetSlots], int32_t(-1));  // slabset shared
             }
@@ -122,6 +137,7 @@ LCR_WARP_FN void refresh_lookup(W& w, const SlabTable& t, const int64_t* slot_of
 // set_prediction: one thread per key; keys must be distinct (the caller keeps the last
 // value of a repeated key), since threads run in no particular order.
 LCR_WARP_FN void set_prediction(const SlabTable& t, const int64_t* keys, const double* values, int64_t i) {
+    if (!takes_predictions(t)) return;
     const int64_t slot = find_slot(t, keys[i]);
     const double value = values[i];
     if (slot >= 0) t.predictions[slot] = value != value ? INFINITY : value;  // NaN: unknown
@@ -267,7 +283,8 @@ LCR_WARP_FN Inserted insert_key(W& w, const SlabTable& t, int64_t key, int64_t s
         if (set.evictable_count > 0) {
             switch (t.policy) {
                 case kLru: slot = set.oldest(w); break;
-                case kFpb: slot = set.predicted_victim(w, t, set.evictable_count); break;
+                case kFpb:
+                case kLfu: slot = set.predicted_victim(w, t, set.evictable_count); break;
                 case kHf: slot = set.predicted_victim(w, t, imin(t.hf_window, set.evictable_count)); break;
                 default: slot = laru_victim(w, t, set, index, key); break;
             }
@@ -283,7 +300,7 @@ LCR_WARP_FN Inserted insert_key(W& w, const SlabTable& t, int64_t key, int64_t s
         t.keys[slot] = key;
         t.tags[slot] = tag_of(key);
         t.stamps[slot] = stamp;
-        t.predictions[slot] = INFINITY;
+        t.predictions[slot] = fresh_prediction(t);
     }
     w.sync();  // the next miss of this slabset must see this one's writes
     return Inserted{slot, victim_key};

@@ -14,14 +14,15 @@ constexpr int kRecordWords = kRecordBits / 64;        // LARU record: 8192 bits
 constexpr int kMaxLambdaShift = 7;                    // 64 >> 7 == 0: the window is 1 from here on
 constexpr int64_t kEmptyKey = -1;                     // keys are non-negative row ids
 
-enum SlabPolicy : int32_t { kLru = 0, kFpb = 1, kHf = 2, kLaru = 3 };
+// lcr.embedding.reference.POLICIES in this order.
+enum SlabPolicy : int32_t { kLru = 0, kFpb = 1, kHf = 2, kLaru = 3, kLfu = 4 };
 
 // Non-owning view of one cache's metadata. Slot s of slabset j is index j * 64 + s.
 struct SlabTable {
     int64_t* keys;           // [slots] row id, kEmptyKey when free
     uint8_t* tags;           // [slots] tag_of(key), 0 when free: what a probe compares first
     int64_t* stamps;         // [slots] recency stamp; >= the batch's clock means "pinned"
-    double* predictions;     // [slots] predicted next-access time, +inf when unknown
+    double* predictions;     // [slots] predicted next-access time, +inf when unknown; LFU: -(requests)
     uint8_t* old;            // [slots] LARU phase bit: cached at the phase start, not requested since
     int32_t* lambda_shift;   // [slabsets] LARU lambda = 2^-shift
     int32_t* old_count;      // [slabsets] LARU: slots whose phase bit is set

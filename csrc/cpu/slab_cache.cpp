@@ -20,7 +20,9 @@ namespace {
 
 constexpr double kUnknown = std::numeric_limits<double>::infinity();
 
-using slab_kernels::find_slot;  // the lookup rule of every engine
+using slab_kernels::count_request;     // LFU's counts, kept as the GPU's kernels keep them
+using slab_kernels::find_slot;         // the lookup rule of every engine
+using slab_kernels::fresh_prediction;
 
 // One slabset's view during an insertion: its evictable slots, oldest first.
 struct Slabset {
@@ -88,7 +90,8 @@ struct Slabset {
         if (evictable == 0) return -1;
         switch (t.policy) {
             case kLru: return order[0];
-            case kFpb: return predicted_victim(evictable);
+            case kFpb:
+            case kLfu: return predicted_victim(evictable);  // -count: fewest requests, then LRU
             case kHf: return predicted_victim(std::min(t.hf_window, evictable));
             default: return laru_victim(key);
         }
@@ -134,6 +137,7 @@ void slab_refresh(const py::tuple& view, uintptr_t slot_of_ptr, int64_t n, int64
         if (slot < 0 || t.stamps[slot] >= clock) continue;
         t.stamps[slot] = clock + p;
         *hit_count += 1;
+        count_request(t, slot);
         if (t.old[slot]) {
             t.old[slot] = 0;
             t.old_count[slot / kSlabsetSlots] -= 1;
@@ -171,7 +175,7 @@ void slab_insert_groups(const py::tuple& view, uintptr_t keys_ptr, uintptr_t fir
         t.keys[slot] = keys[i];
         t.tags[slot] = tag_of(keys[i]);
         t.stamps[slot] = stamp_base + first[i];
-        t.predictions[slot] = kUnknown;
+        t.predictions[slot] = fresh_prediction(t);
         slots[i] = slot;
     }
 }
@@ -182,6 +186,7 @@ void slab_set_predictions(const py::tuple& view, uintptr_t keys_ptr, uintptr_t v
     const int64_t* keys = data_at<int64_t>(keys_ptr);
     const double* values = data_at<double>(values_ptr);
     py::gil_scoped_release release;
+    if (!slab_kernels::takes_predictions(t)) return;  // LFU: the slots hold request counts
     for (int64_t i = 0; i < n; ++i) {
         const int64_t slot = find_slot(t, keys[i]);
         if (slot >= 0) t.predictions[slot] = std::isnan(values[i]) ? kUnknown : values[i];

@@ -8,7 +8,7 @@ import json
 from lcr.atomic import write_output
 from lcr.errors import LcrInputError
 
-POLICIES = ("lru", "fpb", "hf", "laru")
+POLICIES = ("lru", "fpb", "hf", "laru", "lfu")
 TILE_ROWS = 1 << 16  # distinct random rows of a generated table
 
 

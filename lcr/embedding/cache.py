@@ -254,7 +254,8 @@ def check_rows(rows, count: int, dim: int) -> None:
 class SlabHashCache:
     """``num_slabsets`` x 64 slots of ``dim``-wide rows, evicting by ``policy``.
 
-    policy: lru, fpb, hf or laru (b = 2). Keys are non-negative int64 row ids.
+    policy: lru, fpb, hf, laru (b = 2) or lfu (libCacheSim's; ignores predictions). Keys
+    are non-negative int64 row ids.
     engine: "native" (device="cpu"), "cuda" (device="cuda", the default there) or
     "warp-model" (device="cpu": the CUDA kernels on the host warp model, for tests).
 

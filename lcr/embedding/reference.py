@@ -8,8 +8,8 @@ of capacity 64. Lookups arrive in batches, served with these semantics:
 2. every hit is refreshed first (in batch order), then
 3. the misses are inserted, per slabset, in batch order;
 4. nothing hit or inserted by the current batch is evicted by it: those keys are pinned
-   in their slabset's recency order (``RecencyOrder.pinned``), which excludes them
-   from every policy's eviction candidates;
+   (``pinned_keys``: the ``pinned`` set of the slabset's ``RecencyOrder``, or LFU's own),
+   which excludes them from every policy's eviction candidates;
 5. a miss whose slabset is full of pinned keys is *bypassed*: served from the backing
    store without being cached, and unseen by the slabset's policy.
 
@@ -24,6 +24,12 @@ predicts) stores a value for keys that are cached; an inserted key starts unknow
 (+inf, ranked by recency), an evicted key loses its value. The spec policies run in
 ``sync`` mode against ``SlotPredictions``, which answers from that metadata.
 
+LFU (libCacheSim's: the fewest requests since the key was loaded, the key that reached
+that count first on ties) reads no predictions: ``set_predictions`` is ignored by the
+engines, which keep minus each key's count in its prediction slot instead (PREDICTIVE
+lists the policies that read predictions). Requests are counted per batch, once per
+distinct key, like recency.
+
 LARU's record of prediction-driven evictions is SlabHash's 8192-bit bitset
 (``BitsetRecord``), so the reference makes the same approximate decisions as the engines.
 """
@@ -34,10 +40,12 @@ from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 from lcr.embedding.hashing import record_bit_of, slabset_of
-from lcr.policies import FPB, HF, LARU, LRU, Policy
+from lcr.policies import FPB, HF, LARU, LFU, LRU, Policy
 
 SLABSET_SLOTS = 64  # 2 slabs x 32 slots
-POLICIES = ("lru", "fpb", "hf", "laru")
+# The engines' policy ids (csrc/common/slab_table.h, SlabPolicy) are indices here: append only.
+POLICIES = ("lru", "fpb", "hf", "laru", "lfu")
+PREDICTIVE = ("fpb", "hf", "laru")  # the policies that read set_predictions' values
 HF_WINDOW = 4  # the spec's default window
 LARU_B = 2.0  # the paper's b for k = 64
 
@@ -97,7 +105,15 @@ def make_slabset_policy(name: str, predictions: SlotPredictions, hf_window: int 
     if name == "laru":
         return LARU(SLABSET_SLOTS, predictions, mode="sync", b=LARU_B, credit=False, guard=None, intervals=False,
                     record=BitsetRecord())  # Algorithm 1, the slab engines' rule
+    if name == "lfu":
+        return LFU(SLABSET_SLOTS)
     raise ValueError(f"unknown slabset policy {name!r}; valid: {', '.join(POLICIES)}")
+
+
+def pinned_keys(policy: Policy) -> set[int]:
+    """The keys ``policy`` must not evict: its recency order's ``pinned`` set (LRU, FPB, HF,
+    LARU), or LFU's own, which has no recency order."""
+    return policy.pinned if isinstance(policy, LFU) else policy.recency.pinned
 
 
 @dataclass
@@ -135,7 +151,7 @@ class SlabsetReference:
         out = BatchOutcome(keys=unique, outcome=[HIT] * count, evicted=[NO_KEY] * count)
         for i, (key, home) in enumerate(zip(unique, homes)):
             if key in home:
-                home.recency.pinned.add(key)
+                pinned_keys(home).add(key)
                 home.access(key, start + i)
             else:
                 out.outcome[i] = INSERTED
@@ -143,17 +159,17 @@ class SlabsetReference:
         for i, (key, home) in enumerate(zip(unique, homes)):
             if out.outcome[i] != INSERTED:
                 continue
-            if home.full and len(home.recency.pinned) >= len(home):
+            if home.full and len(pinned_keys(home)) >= len(home):
                 out.outcome[i] = BYPASSED
                 continue
             home.access(key, start + count + i)
-            home.recency.pinned.add(key)
+            pinned_keys(home).add(key)
             stored.pop(key, None)  # a fresh slot knows nothing yet
             if home.last_evicted is not None:
                 out.evicted[i] = home.last_evicted
                 stored.pop(home.last_evicted, None)
         for home in homes:
-            home.recency.pinned.clear()
+            pinned_keys(home).clear()
         self.clock = start + 2 * count
         return out
 

@@ -2,6 +2,10 @@
 0.3.5's ``LFU`` does. Ties go to the key that reached that count first (each count keeps
 a FIFO of its keys). A key's count starts at 1 when loaded and is forgotten on eviction.
 
+``pinned`` is a hook for batched cache engines (``lcr.embedding.reference``), as in
+``RecencyOrder``: keys in it stay cached but are never evicted, so the victim is the first
+unpinned key of the lowest count that has one. Empty by default: libCacheSim's decisions.
+
 ``aging=N`` (default 0: off) adds aging: every N requests all counts are halved
 (rounding up, so a cached key keeps count >= 1). libCacheSim's LFU has no aging; with
 ``aging=0`` the decisions are libCacheSim's.
@@ -26,6 +30,7 @@ class LFU(Policy):
         # count -> keys with that count, in the order they reached it.
         self.buckets: dict[int, OrderedDict[int, None]] = {}
         self.requests = 0
+        self.pinned: set[int] = set()
 
     def native_args(self) -> dict:
         return {"aging": self.aging}
@@ -37,10 +42,8 @@ class LFU(Policy):
             self._move(key, self.count[key] + 1)
         else:
             if self.full:
-                low = min(self.buckets)
-                victim, _ = self.buckets[low].popitem(last=False)
-                if not self.buckets[low]:
-                    del self.buckets[low]
+                victim = self._victim()
+                self._unlink(victim)
                 del self.count[victim]
                 self._evict(victim)
             self.count[key] = 1
@@ -49,11 +52,25 @@ class LFU(Policy):
             self._halve()
         return hit
 
+    def _victim(self) -> int:
+        """The first key of the lowest count, passing over pinned keys."""
+        if not self.pinned:
+            return next(iter(self.buckets[min(self.buckets)]))
+        for count in sorted(self.buckets):
+            for key in self.buckets[count]:
+                if key not in self.pinned:
+                    return key
+        raise RuntimeError("lfu: every cached key is pinned, nothing may be evicted")
+
+    def _unlink(self, key: int) -> None:
+        """Take ``key`` out of its count's bucket, dropping the bucket once empty."""
+        count = self.count[key]
+        del self.buckets[count][key]
+        if not self.buckets[count]:
+            del self.buckets[count]
+
     def _move(self, key: int, count: int) -> None:
-        old = self.count[key]
-        del self.buckets[old][key]
-        if not self.buckets[old]:
-            del self.buckets[old]
+        self._unlink(key)
         self.count[key] = count
         self.buckets.setdefault(count, OrderedDict())[key] = None
 
