@@ -9,7 +9,7 @@
 # 4. benchmarks/slabhash_gpu.py (find/insert table; SLS on hits, two-step and fused, and fused
 #    with 1% misses from pinned host memory, against embedding_bag, at three batch sizes);
 # 5. the DLRM experiment: lcr bench sls on a 2x10^7-row table with lookups shaped by Meta's
-#    locality statistics, cache at 1/2/3%, LRU and LARU (oracle predictions: the ceiling;
+#    locality statistics, cache at 1/2/3%, LRU, LFU and LARU (oracle predictions: the ceiling;
 #    the online LightGBM model on its CPU thread, its cost on the clock).
 # Logs and JSON go to OUT_DIR; copy them to benchmarks/results/ with the device's name.
 # Exit status 1 when there is no usable GPU or a GPU test failed.
@@ -54,7 +54,7 @@ timeout 120 "$python" benchmarks/slabhash_gpu.py --batches 2048,16384,65536 --ou
 stage "slabhash benchmark rc $?"
 
 dlrm=(--trace dlrm --device cuda --table-rows 20000000 --cache-ratio 0.01,0.02,0.03 --batch-sizes 2048
-      --policies lru,laru)
+      --policies lru,lfu,laru)
 timeout 100 "$python" -m lcr bench sls "${dlrm[@]}" --predictor oracle --batches 20 --warmup 20 \
     --json "$out/sls_dlrm_oracle.json" > "$out/sls_dlrm_oracle.txt" 2>&1
 stage "dlrm (oracle) rc $?"

@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from lcr.embedding.cache import SlabHashCache
+from lcr.embedding.reference import PREDICTIVE
 from lcr.embedding.sls import sls
 
 RESIDENT = "embedding_bag"  # the baseline row: the whole table resident, no cache
@@ -153,7 +154,7 @@ def run_one(workload: SlsWorkload, store, policy: str, cache_ratio: float, batch
     """One cell: ``make_model()`` builds the predictor's model (None: no predictions)."""
     cache = SlabHashCache.for_capacity(cache_ratio * workload.cache_rows, dim, dtype=dtype,
                                        policy=policy, device=device)
-    predictor = BatchPredictor(make_model()) if make_model is not None and policy != "lru" else None
+    predictor = BatchPredictor(make_model()) if make_model is not None and policy in PREDICTIVE else None
     work = [(start, indices.to(device), lengths.to(device))
             for start, indices, lengths in batches_of(workload, batch_size, warmup + batches)]
     timings: dict[str, float] | None = {} if profile else None
