@@ -35,20 +35,22 @@ $(VENV)/.installed-sglang: $(VENV)/.installed-test sglang_patch/requirements-cpu
 	$(BIN)/python -m pip install -q --no-deps -r sglang_patch/requirements-cpu.txt
 	touch $@
 
+# The first two steps: the paper's robustness story (predictions inverted with probability
+# p), for LARU as a user gets it (`laru`, the defaults) and for the paper's Algorithm 1 itself.
+PAPER_LARU := laru:b=2;credit=0;guard=none;intervals=0
 demo: $(VENV)/.installed
 	$(BIN)/lcr sim zipf:requests=1000000,keys=100000,alpha=0.9,seed=0 \
-	    --cache 1%,5%,10% --policies lru,opt,fpb,hf,laru --predictor oracle --noise 0,0.25,0.5,0.75,1 \
+	    --cache 1%,5%,10% --policies 'lru,opt,fpb,hf,laru,$(PAPER_LARU)' --predictor oracle --noise 0,0.25,0.5,0.75,1 \
 	    --json $(OUT)/zipf.json --plot $(OUT)/zipf.png
 	@if [ -f $(DATA)/classic/cache2k_web07.trace.xz ]; then \
 	  $(BIN)/lcr sim $(DATA)/classic/cache2k_web07.trace.xz \
-	    --cache 1%,5%,10% --policies lru,opt,fpb,hf,laru --predictor oracle --noise 0,0.25,0.5,0.75,1 \
+	    --cache 1%,5%,10% --policies 'lru,opt,fpb,hf,laru,$(PAPER_LARU)' --predictor oracle --noise 0,0.25,0.5,0.75,1 \
 	    --json $(OUT)/web07.json --plot $(OUT)/web07.png; \
 	else echo "($(DATA) not found: skipping the real-trace demo)"; fi
-	@# The learned model against the heuristics users pick instead (docs/predictor.md's best setting).
+	@# The learned model against the heuristics users pick instead: the defaults are docs/predictor.md's best setting.
 	$(BIN)/lcr sim $$(if [ -f $(DATA)/classic/cache2k_web07.trace.xz ]; then echo $(DATA)/classic/cache2k_web07.trace.xz; \
 	    else echo zipf:requests=200000,keys=20000,alpha=0.9,seed=1; fi) \
-	    --cache 1%,5%,10% --predictor 'lightgbm:retrain_every=2500;window=80000' \
-	    --policies 'lru,opt,arc,lirs,s3fifo,wtinylfu,laru:b=1.05;credit=1;guard=0.005;intervals=1' --json $(OUT)/learned.json
+	    --cache 1%,5%,10% --predictor lightgbm --policies lru,opt,arc,lirs,s3fifo,wtinylfu,laru --json $(OUT)/learned.json
 
 test: $(TEST_INSTALLS)
 	$(BIN)/python -m pytest -q
