@@ -15,8 +15,9 @@ of the figure.
 
 ``--clients``: the client side, the hot path of a cache's ``RemotePredictor.predict``:
 one ``/predict`` of 256 keys on a kept-alive connection, through the hand-written
-``lcr.predict.http_client`` when it exists and through ``httpx``, alternating in one run
-against one service; per client its latency p50/p99 and its own CPU per call
+``lcr.predict.http_client`` and through ``httpx`` (``HttpxPool``: httpx behind the same
+transport contract), alone and inside ``RemotePredictor.predict``, alternating in one run
+against one service; per variant its latency p50/p99 and its own CPU per call
 (``time.thread_time`` of the calling thread, which does all the client's work).
 
 Repeats alternate the variants so a change in the machine's load hits them alike; the
@@ -132,22 +133,54 @@ def server_side(roots: list[Path], n: int, repeats: int) -> dict:
             proc.wait(30)
 
 
+class HttpxPool:
+    """httpx behind ``RemotePredictor``'s transport contract (``lcr.predict.http_client.
+    ConnectionPool.request``): what switching the client to httpx would run per call."""
+
+    def __init__(self, url: str):
+        import httpx
+
+        self.httpx = httpx
+        self.client = httpx.Client(base_url=url, limits=httpx.Limits(max_keepalive_connections=8))
+        self.reconnects = 0
+
+    def request(self, method, path, headers, body, deadline):
+        from lcr.predict.http_client import CallFailed, ConnectFailed, ConnectTimeout
+
+        httpx = self.httpx
+        try:  # httpx's timeouts are per operation; the call's time left is the closest it offers
+            reply = self.client.request(method, path, headers=headers, content=body,
+                                        timeout=max(deadline - time.monotonic(), 1e-3))
+        except httpx.ConnectTimeout as err:
+            raise ConnectTimeout(str(err)) from None
+        except httpx.ConnectError as err:
+            raise ConnectFailed(str(err)) from None
+        except httpx.HTTPError as err:
+            raise CallFailed(str(err)) from None
+        return reply.status_code, reply.content, reply.headers
+
+    def close(self):
+        self.client.close()
+
+
 def client_variants(url: str) -> dict:
-    """name -> a call of one /predict of 256 keys on a kept-alive connection."""
-    body, path = encode_int64(np.arange(KEYS)), f"/predict?now={KEYS}"
-    variants = {}
-    try:
-        from lcr.predict.http_client import ConnectionPool, Endpoint
-    except ImportError:
-        pass
-    else:
-        pool = ConnectionPool(Endpoint(url), size=1)
-        variants["hand-written"] = lambda: pool.call("POST", path, OCTET, body, time.monotonic() + 5)[1]
+    """name -> one /predict of 256 keys on a kept-alive connection: the transport alone
+    (one request, as the client sends it) and a cache's whole call, ``RemotePredictor.predict``."""
     import httpx
 
+    from lcr.predict.http_client import ConnectionPool, Endpoint
+    from lcr.predict.remote import RemotePredictor
+
+    keys = np.arange(KEYS)
+    body, path = encode_int64(keys), f"/predict?now={KEYS}"
+    pool = ConnectionPool(Endpoint(url), size=1)
     client = httpx.Client(base_url=url, timeout=5, limits=httpx.Limits(max_connections=1))
-    variants["httpx"] = lambda: client.post(path, content=body, headers=OCTET).content
-    return variants
+    remote, remote_httpx = RemotePredictor(url, deadline_s=5), RemotePredictor(url, deadline_s=5)
+    remote_httpx.replicas[0].pool = HttpxPool(url)
+    return {"transport, hand-written": lambda: pool.call("POST", path, OCTET, body, time.monotonic() + 5)[1],
+            "transport, httpx": lambda: client.post(path, content=body, headers=OCTET).content,
+            "RemotePredictor.predict, hand-written": lambda: remote.predict(keys, KEYS).tobytes(),
+            "RemotePredictor.predict, httpx": lambda: remote_httpx.predict(keys, KEYS).tobytes()}
 
 
 def client_side(root: Path, n: int, repeats: int) -> dict:
@@ -174,7 +207,7 @@ def client_side(root: Path, n: int, repeats: int) -> dict:
         print(f"client, one /predict of 256 keys, µs: median (min-max) of {repeats} x {n} calls; "
               f"load average {os.getloadavg()[0]:.1f}")
         for name, got in results.items():
-            print(f"  {name:12s} p50 {spread(got['p50'])}  p99 {spread(got['p99'])}  client CPU {spread(got['cpu'])}")
+            print(f"  {name:38s} p50 {spread(got['p50'])}  p99 {spread(got['p99'])}  client CPU {spread(got['cpu'])}")
         return results
     finally:
         proc.terminate()

@@ -170,9 +170,10 @@ def require_service_deps() -> None:
     """One line naming what to install when the service's packages are missing."""
     try:
         import fastapi  # noqa: F401
+        import httptools  # noqa: F401
         import uvicorn  # noqa: F401
     except ImportError as err:
-        raise LcrInputError(f"the predictor service needs {err.name or 'fastapi and uvicorn'}: "
+        raise LcrInputError(f"the predictor service needs {err.name or 'fastapi, httptools and uvicorn'}: "
                             "pip install 'lcr[service]'") from None
     # The model process imports LightGBM; found here, a missing one is one line up front
     # (found, not imported: the front never runs the model).
@@ -193,7 +194,7 @@ def run(args) -> int:
 
     import uvicorn
 
-    from lcr.predict.service import bind_warning, create_app, server_config
+    from lcr.predict.service import bind_warning, create_app, server_config, tune_gc
 
     warning = bind_warning(args.host, token, tls=bool(args.ssl_certfile))
     if warning:
@@ -202,6 +203,7 @@ def run(args) -> int:
     app = create_app(config, token=token, limits=limits)  # the model runs in its own process
     tls = {"ssl_certfile": args.ssl_certfile, "ssl_keyfile": args.ssl_keyfile} if args.ssl_certfile else {}
     server = uvicorn.Server(server_config(app, args.host, args.port, **tls))
+    tune_gc()
     server.run(sockets=[listener])
     if not server.started:  # e.g. the model process could not build the model
         print(f"lcr serve-predictor: error: the service did not start: {app.state.service.model.exited}",

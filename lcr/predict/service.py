@@ -61,6 +61,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import functools
+import gc
 import hmac
 import json
 import logging
@@ -89,6 +90,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MAX_BODY = 16 << 20  # 1M observations or 2M keys per request
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
+FRONT_GC_THRESHOLD = 10_000  # allocations between young collections (tune_gc)
 
 
 @dataclass(frozen=True)
@@ -557,20 +559,23 @@ def create_app(model=None, token: "str | None" = None, max_body_bytes: "int | No
 
 
 def _guarded_protocol(service: PredictorService):
-    """uvicorn's h11 protocol with a deadline for each request's headers, the service's
-    own connection cap, and JSON for what uvicorn would answer in plain text.
+    """uvicorn's httptools protocol (its C parser: about 85 µs less of the front's CPU per
+    request than its pure-Python h11 one) with a deadline for each request's headers, the
+    service's own connection cap, and JSON for what uvicorn would answer in plain text.
 
     uvicorn closes idle keep-alive connections but waits forever for a request whose
     headers trickle in (or never come), so slow clients could hold every descriptor.
     Its own concurrency cap and its answer to unparsable HTTP are plain text without
     ``X-LCR-Reason``; the service's are ``{"detail": ...}`` like every other error.
     """
-    import h11
-    from uvicorn.protocols.http.h11_impl import H11Protocol
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
     header_timeout_s, max_connections = service.limits.header_timeout_s, service.limits.max_connections
+    invalid = _refusal_body("invalid HTTP request (request line, a header or Content-Length)")
+    invalid_response = (b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\n"
+                        b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (len(invalid), invalid))
 
-    class HeaderDeadlineH11(H11Protocol):
+    class GuardedHttpTools(HttpToolsProtocol):
         _header_timer = None
 
         def __init__(self, *args, **kwargs):
@@ -588,12 +593,7 @@ def _guarded_protocol(service: PredictorService):
 
         def send_400_response(self, msg: str) -> None:
             service.count_rejected(400)
-            body = _refusal_body(f"invalid HTTP request: {msg}")
-            headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                       (b"connection", b"close")]
-            for event in (h11.Response(status_code=400, headers=headers, reason=b"Bad Request"), h11.Data(data=body),
-                          h11.EndOfMessage()):
-                self.transport.write(self.conn.send(event))
+            self.transport.write(invalid_response)
             self.transport.close()
 
         def connection_made(self, transport):
@@ -615,11 +615,11 @@ def _guarded_protocol(service: PredictorService):
             self._header_timer = self.loop.call_later(header_timeout_s, self._header_deadline, self.cycle)
 
         def _header_deadline(self, cycle_when_armed):
-            # A new request has started iff uvicorn made a new cycle since arming.
+            # A new request has started iff uvicorn made a new cycle (its headers are complete) since arming.
             if self.cycle is cycle_when_armed and not self.transport.is_closing():
                 self.transport.close()
 
-    return HeaderDeadlineH11
+    return GuardedHttpTools
 
 
 def server_config(app, host: str = "127.0.0.1", port: int = 8765, log_level: str = "warning", **uvicorn_options):
@@ -636,6 +636,20 @@ def server_config(app, host: str = "127.0.0.1", port: int = 8765, log_level: str
                           timeout_keep_alive=limits.keep_alive_s, **uvicorn_options)
 
 
+def tune_gc() -> None:
+    """Tune the garbage collector of the service's process (``lcr serve-predictor`` calls
+    this; call it in a process that runs the service yourself).
+
+    With CPython's default first threshold (700 allocations) the collector runs every few
+    requests, so the objects of the requests in flight survive into the oldest generation
+    and full collections follow about once a second, each pausing the event loop for
+    tens of milliseconds: with 64 clients and a 16 MiB observe in flight, 25 of them in
+    30 s were most of ``/health``'s p99 (215 ms at load average 7). At 10,000 the objects
+    of requests die young: no full collection in the same run and ``/health`` p99 11 ms.
+    """
+    gc.set_threshold(FRONT_GC_THRESHOLD, *gc.get_threshold()[1:])
+
+
 def bind_warning(host: str, token: "str | None", tls: bool) -> "str | None":
     """The warning to print when the service is reachable beyond this machine."""
     if host in LOOPBACK:
@@ -649,4 +663,4 @@ def bind_warning(host: str, token: "str | None", tls: bool) -> "str | None":
 
 
 __all__ = ["Busy", "ModelHost", "PredictorService", "ServiceLimits", "bind_warning", "create_app", "model_factory",
-           "server_config"]
+           "server_config", "tune_gc"]
