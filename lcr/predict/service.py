@@ -13,8 +13,10 @@ Cheap per request, because ``/health``'s tail under load follows the front's CPU
 handlers take the raw ``Request`` (a binary body is never parsed by pydantic, only
 ``now`` is validated by FastAPI) and answer pre-encoded bytes (no response model is
 applied at run time; the models below only document the answers); the token is one
-dependency; the one middleware, the model process's lifespan, is pure ASGI.
-(``benchmarks/service_request_cpu.py`` measures the front's CPU per request.)
+dependency; the only middleware added, the model process's lifespan, is pure ASGI.
+uvicorn runs it with its httptools protocol (a C parser) and ``lcr serve-predictor`` tunes
+the process's garbage collector (``tune_gc``): under load both matter more than the
+framework. (``benchmarks/service_request_cpu.py`` measures the front's CPU per request.)
 
 Protection (every limit in ``ServiceLimits``):
 
@@ -548,7 +550,7 @@ def create_app(model=None, token: "str | None" = None, max_body_bytes: "int | No
     api = FastAPI(title="lcr predictor service", version="1", redirect_slashes=False,
                   redoc_url=None, swagger_ui_oauth2_redirect_url=None,
                   description="A shared online LightGBM model of next-access times (docs/predictor.md, 'Service').")
-    api.state.service, api.state.limits = service, limits
+    api.state.service = service
     _declare_routes(api, service)
     api.add_exception_handler(HTTPException, service.refused)
     api.add_exception_handler(RequestValidationError, service.invalid)
