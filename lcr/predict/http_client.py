@@ -18,18 +18,19 @@ A password in the URL is never shown: ``Endpoint.url`` and every message carry i
 Why not httpx (measured, not assumed): ``PYTHONPATH=. python
 benchmarks/service_request_cpu.py --clients --requests 2000 --repeats 5`` sends one
 ``/predict`` of 256 keys at a time on a kept-alive connection to one service, alternating
-the clients, 5 x 2,000 calls each; median (min-max) in µs, 2 shared cores, load average 6.2:
+the clients, 5 x 2,000 calls each; median (min-max) in µs, 2 shared cores, load average 4.0:
 
-    transport, this client               p50   377 (369-380)    client CPU  73 (70-73)
-    transport, httpx 0.28                p50  1003 (902-1088)   client CPU 572 (522-616)
-    RemotePredictor.predict, this client p50   523 (492-571)    client CPU 187 (172-219)
-    RemotePredictor.predict, httpx       p50  1461 (1133-1482)  client CPU 853 (733-915)
+    transport, this client               p50   358 (353-370)    client CPU  69 (65-71)
+    transport, httpx 0.28                p50   850 (743-881)    client CPU 481 (449-502)
+    RemotePredictor.predict, this client p50   490 (479-529)    client CPU 180 (158-193)
+    RemotePredictor.predict, httpx       p50  1029 (941-1065)   client CPU 652 (570-676)
 
-(p99s 3-6 ms for both on the loaded machine.) httpx costs 3-5x the CPU of a cache's whole
-predict call (7x the transport's), more than the 2x that would pay for dropping this
-file, and that CPU is taken from the cache's own process. Its timeouts also apply to each
-socket operation, not to the call: against a server dripping one byte every 30 ms a
-0.1 s deadline took 1.4 s (this client: 0.1 s;
+(p99s 3-4 ms for both on the shared machine; a run at load average 6.2 gave the same
+ratios.) httpx costs 3.6x the CPU of a cache's whole predict call (7x the transport's) and
+2.1x its latency, more than the 2x that would pay for dropping this file, and that CPU is
+taken from the cache's own process. Its timeouts also apply to each socket operation, not
+to the call: against a server dripping one byte every 30 ms a 0.1 s deadline took 1.4 s
+(this client: 0.1 s;
 ``tests/test_predictor_service.py::test_deadline_covers_the_whole_call_against_a_dripping_server``).
 """
 from __future__ import annotations
