@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from learned_gap import HEURISTICS, SIZES, TUNING, gap_closed, load
+from lcr.policies.laru import PAPER_RULE  # the ideas were tried on Algorithm 1
 from lcr.predict.lightgbm_model import LightGBMConfig
 from lcr.predict.replayed import replay_model
 from lcr.sim.native import native_replay
@@ -27,10 +28,10 @@ def ideas(p: np.ndarray, boundary: np.ndarray, k: int) -> dict:
     """label -> (answers, LARU parameters), all from one classifier's p and boundary."""
     t = np.arange(len(p), dtype=np.float64)
     odds = p / np.maximum(1 - p, 1e-12)
-    out = {f"p b={b}": (p, {"b": b}) for b in (1.1, 1.03, 1.01)}
-    out["p b=1.1 llm"] = (p, {"b": 1.1, "shrink_every": max(1, k // 32)})
-    out.update({f"floor(p*{m})/{m} b=1.1": (np.floor(p * m) / m, {"b": 1.1}) for m in (2, 4, 10)})
-    out.update({f"time c={c} b=1.1": (t + c * boundary * odds, {"b": 1.1}) for c in (4, 16, 64)})
+    out = {f"p b={b}": (p, {**PAPER_RULE, "b": b}) for b in (1.1, 1.03, 1.01)}
+    out["p b=1.1 llm"] = (p, {**PAPER_RULE, "b": 1.1, "shrink_every": max(1, k // 32)})
+    out.update({f"floor(p*{m})/{m} b=1.1": (np.floor(p * m) / m, {**PAPER_RULE, "b": 1.1}) for m in (2, 4, 10)})
+    out.update({f"time c={c} b=1.1": (t + c * boundary * odds, {**PAPER_RULE, "b": 1.1}) for c in (4, 16, 64)})
     return out
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from lcr.policies import POLICIES
+from lcr.policies.laru import PAPER_RULE
 from lcr.sim import PolicySpec, run_one
 from lcr.sim.moe import shape_params
 from lcr.traces import Trace, generate
@@ -95,7 +96,8 @@ def predictions(tokens: dict[str, int], sizes: dict[str, list[int]]) -> dict:
             row = {"opt": misses(trace, "opt", k), "lru": misses(trace, "lru", k), "llru": misses(trace, "llru", k)}
             for predictor, noise in noisy:
                 for name in ("laru", "fpb", "laru_llru"):
-                    row[f"{name}/{predictor}={noise:g}"] = misses(trace, name, k, predictor, noise)
+                    paper = PAPER_RULE if name == "laru" else {}  # the LLRU paper's flat LARU
+                    row[f"{name}/{predictor}={noise:g}"] = misses(trace, name, k, predictor, noise, **paper)
             rows[k] = row
         out[preset] = {"tokens": count, "by_k": rows}
     return out
