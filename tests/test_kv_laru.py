@@ -1,5 +1,5 @@
 """Radix LARU: its rules (lambda, window, shrink), the incremental window against the
-sorting reference (``LARUSpec``), both promises on small workloads, and the learned
+sorting reference (``RadixLARUSpec``), both promises on small workloads, and the learned
 node predictor's start-up."""
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pytest
 
 from conftest import real_trace
 from lcr.kv import PathOracle, RadixTree, build_workload, make_policy, replay_lcr
-from lcr.kv.laru import LARU
+from lcr.kv.laru import RadixLARU
 from lcr.kv.policies import CacheView
-from lcr.kv.spec import LARUSpec
+from lcr.kv.spec import RadixLARUSpec
 from lcr.traces import generate
 
 
@@ -52,7 +52,7 @@ def filled(cls, n, values, **options):
     return policy
 
 
-@pytest.mark.parametrize("cls", [LARU, LARUSpec])
+@pytest.mark.parametrize("cls", [RadixLARU, RadixLARUSpec])
 def test_the_window_is_exactly_the_floor_of_lambda_k_oldest_leaves(cls):
     # 10 leaves, lambda = 1/2 after one induced miss: l = floor(0.5 * 9) = 4 of the 9 left.
     policy = filled(cls, 10, {5: 100.0})
@@ -74,7 +74,7 @@ def test_the_window_is_exactly_the_floor_of_lambda_k_oldest_leaves(cls):
 
 @pytest.mark.parametrize("shrink_every, lams", [(1, [0.5, 0.25, 0.125]), (2, [1.0, 0.5, 0.5])])
 def test_lambda_shrinks_by_b_once_every_shrink_every_induced_misses(shrink_every, lams):
-    policy = filled(LARU, 64, {}, shrink_every=shrink_every)
+    policy = filled(RadixLARU, 64, {}, shrink_every=shrink_every)
     seen = []
     for i, key in enumerate([5, 6, 7]):  # each: evicted by prediction, then missed
         policy.predictor.values = {key: 1e9}
@@ -90,7 +90,7 @@ def test_lambda_shrinks_by_b_once_every_shrink_every_induced_misses(shrink_every
 @pytest.mark.parametrize("confidence, after_miss, after_clean",
                          [("phase", 1.0, 1.0), ("earned", 0.5, 1.0), ("guarded", 0.25, 0.5)])
 def test_phase_start_resets_lambda_or_earns_it_back(confidence, after_miss, after_clean):
-    policy = filled(LARU, 4, {2: 9.0}, confidence=confidence, induced="phase")
+    policy = filled(RadixLARU, 4, {2: 9.0}, confidence=confidence, induced="phase")
     policy.begin_eviction(None, 4)
     assert policy.pick_victim({0, 1, 2, 3}, 4) == 2
     policy.on_evicted(2)
@@ -107,7 +107,7 @@ def test_phase_start_resets_lambda_or_earns_it_back(confidence, after_miss, afte
 
 @pytest.mark.parametrize("confidence, later_victim", [("earned", 3), ("guarded", 1)])
 def test_guarded_confidence_follows_lru_for_the_rest_of_an_induced_miss_phase(confidence, later_victim):
-    policy = filled(LARU, 6, {2: 9.0, 3: 8.0}, confidence=confidence)
+    policy = filled(RadixLARU, 6, {2: 9.0, 3: 8.0}, confidence=confidence)
     policy.begin_eviction(None, 6)
     assert policy.pick_victim(set(range(6)), 6) == 2
     policy.on_evicted(2)
@@ -120,7 +120,7 @@ def test_guarded_confidence_follows_lru_for_the_rest_of_an_induced_miss_phase(co
 
 
 def test_stale_induced_miss_needs_a_node_unrequested_since_that_eviction():
-    policy = filled(LARU, 4, {2: 9.0}, induced="stale")
+    policy = filled(RadixLARU, 4, {2: 9.0}, induced="stale")
     policy.begin_eviction(None, 4)
     assert policy.pick_victim({0, 1, 2, 3}, 4) == 2
     policy.on_evicted(2)
@@ -135,7 +135,7 @@ def test_stale_induced_miss_needs_a_node_unrequested_since_that_eviction():
 
 
 def test_only_decisive_predictions_count_and_are_recorded():
-    policy = filled(LARU, 4, {0: 9.0})  # the prediction agrees with LRU
+    policy = filled(RadixLARU, 4, {0: 9.0})  # the prediction agrees with LRU
     policy.begin_eviction(None, 4)
     assert policy.pick_victim({0, 1, 2, 3}, 4) == 0
     assert policy.stats.prediction_evictions == 0 and policy.stats.lru_evictions == 1
@@ -164,8 +164,8 @@ def test_incremental_window_makes_the_spec_decisions_victim_by_victim(noise, opt
     trace = real_trace("mooncake")
     w = build_workload(trace.head(int(trace.request_offsets[600])))
     capacity = w.distinct_tokens // 20
-    fast = recorded(LARU, w, capacity, PathOracle(w, noise, seed=3), **options)
-    spec = recorded(LARUSpec, w, capacity, PathOracle(w, noise, seed=3), **options)
+    fast = recorded(RadixLARU, w, capacity, PathOracle(w, noise, seed=3), **options)
+    spec = recorded(RadixLARUSpec, w, capacity, PathOracle(w, noise, seed=3), **options)
     assert len(fast[1]) > 100
     assert fast[1] == spec[1] and fast[0] == spec[0]
     # One batch per round at most, plus one per newcomer pick: far fewer than the spec's.
@@ -180,15 +180,15 @@ def test_oracle_laru_equals_leaf_opt_and_inverted_stays_near_lru():
     for capacity in (w.distinct_tokens * 5 // 100, w.distinct_tokens * 10 // 100):
         opt = replay_lcr(w, capacity, make_policy("opt", w))
         lru = replay_lcr(w, capacity, make_policy("lru", w))
-        assert replay_lcr(w, capacity, LARU(PathOracle(w))) >= 0.995 * opt
+        assert replay_lcr(w, capacity, RadixLARU(PathOracle(w))) >= 0.995 * opt
         rules = dict(confidence="earned", phase="nodes")
-        assert replay_lcr(w, capacity, LARU(PathOracle(w, 1.0), **rules)) >= 0.98 * lru
+        assert replay_lcr(w, capacity, RadixLARU(PathOracle(w, 1.0), **rules)) >= 0.98 * lru
 
 
 def test_the_tree_tells_the_policy_each_miss():
     w = build_workload(generate("online_qa:conversations=50,seed=1"))
 
-    class Watch(LARU):
+    class Watch(RadixLARU):
         misses: list = []
 
         def on_miss(self, key, now):
@@ -204,7 +204,7 @@ def test_the_tree_tells_the_policy_each_miss():
 
 
 def test_a_split_counts_as_a_request_of_the_node_so_its_lower_part_does_not_hold_the_phase():
-    policy = filled(LARU, 2, {})
+    policy = filled(RadixLARU, 2, {})
     policy.begin_eviction(None, 2)  # phase 1: O = {0, 1}
     policy.on_split(0, 100)  # a request diverged inside node 0
     policy.on_access([0, 1], 3, [10, 20])
@@ -213,9 +213,9 @@ def test_a_split_counts_as_a_request_of_the_node_so_its_lower_part_does_not_hold
 
 
 def test_shrink_every_defaults_to_every_miss_and_zero_means_k_over_32():
-    assert LARU(Table({})).shrink_every == 1
-    assert LARU(Table({}), shrink_every=None).shrink_every == 1
-    policy = filled(LARU, 100, {}, shrink_every=0)
+    assert RadixLARU(Table({})).shrink_every == 1
+    assert RadixLARU(Table({}), shrink_every=None).shrink_every == 1
+    policy = filled(RadixLARU, 100, {}, shrink_every=0)
     policy.begin_eviction(None, 100)
     assert policy.shrink_every == 100 // 32
 
@@ -229,17 +229,17 @@ def test_default_and_guarded_rules_keep_inverted_laru_within_2_percent_of_lru_on
     w = build_workload(generate("online_qa:conversations=2000"))
     capacity = round(w.distinct_tokens * 0.025)
     lru = replay_lcr(w, capacity, make_policy("lru", w))
-    inverted = LARU(PathOracle(w, 1.0), **rules)
+    inverted = RadixLARU(PathOracle(w, 1.0), **rules)
     assert replay_lcr(w, capacity, inverted) >= 0.98 * lru
     if not rules:  # the shadow is LRU exactly: same hit tokens as LRU's own replay
         assert inverted.shadow.hits == lru
-    assert replay_lcr(w, capacity, LARU(PathOracle(w), **rules)) == \
+    assert replay_lcr(w, capacity, RadixLARU(PathOracle(w), **rules)) == \
         replay_lcr(w, capacity, make_policy("opt", w))
 
 
 def test_a_shadow_phase_follows_predictions_only_within_slack_of_lru_and_drops_when_behind():
     def policy_at(hits, shadow_hits):
-        policy = filled(LARU, 6, {2: 9.0}, confidence="shadow")
+        policy = filled(RadixLARU, 6, {2: 9.0}, confidence="shadow")
         policy.on_request([0], [10], 6)  # the engine's first request makes the shadow
         policy.hit_tokens, policy.shadow.hits = hits, shadow_hits
         policy.begin_eviction(None, 6)
@@ -254,6 +254,6 @@ def test_a_shadow_phase_follows_predictions_only_within_slack_of_lru_and_drops_w
     policy.begin_eviction(None, 7)
     assert not policy.trusted and policy.pick_victim({0, 1, 3, 4, 5}, 7) == 0
     # An engine that sends no requests leaves no shadow: guarded's rules.
-    policy = filled(LARU, 6, {2: 9.0}, confidence="shadow")
+    policy = filled(RadixLARU, 6, {2: 9.0}, confidence="shadow")
     policy.begin_eviction(None, 6)
     assert policy.shadow is None and policy.pick_victim(set(range(6)), 6) == 2

@@ -4,9 +4,9 @@ from __future__ import annotations
 import random
 
 from lcr.kv import PathOracle, build_workload, make_policy, replay_lcr
-from lcr.kv.laru import LARU
+from lcr.kv.laru import RadixLARU
 from lcr.kv.reuse import TokenReuse
-from lcr.kv.spec import LARUSpec
+from lcr.kv.spec import RadixLARUSpec
 from lcr.lpc.workload import sharegpt
 
 from conftest import data_file
@@ -37,12 +37,12 @@ def test_balance_estimates_the_hit_tokens_gained_or_lost_against_lru():
     capacity = w.distinct_tokens // 10
     lru = replay_lcr(w, capacity, make_policy("lru", w))
     for noise in (0.0, 1.0):
-        policy = LARU(PathOracle(w, noise), confidence="balance", slack=1e9)
+        policy = RadixLARU(PathOracle(w, noise), confidence="balance", slack=1e9)
         gained = replay_lcr(w, capacity, policy) - lru
         assert abs(policy.balance.total - gained) <= 0.1 * abs(gained)
         assert (gained > 0) == (noise == 0.0)
     # A window of one is LRU: the estimate stays near zero.
-    policy = LARU(PathOracle(w), confidence="balance", k=1)
+    policy = RadixLARU(PathOracle(w), confidence="balance", k=1)
     assert replay_lcr(w, capacity, policy) == lru
     assert abs(policy.balance.total) <= 0.1 * lru
 
@@ -52,11 +52,11 @@ def test_balance_follows_good_predictions_and_falls_back_to_lru_on_inverted_ones
     capacity = w.distinct_tokens // 10
     lru = replay_lcr(w, capacity, make_policy("lru", w))
     opt = replay_lcr(w, capacity, make_policy("opt", w))
-    assert replay_lcr(w, capacity, LARU(PathOracle(w), confidence="balance")) >= 0.99 * opt
-    guarded = LARU(PathOracle(w, 1.0), confidence="balance")
+    assert replay_lcr(w, capacity, RadixLARU(PathOracle(w), confidence="balance")) >= 0.99 * opt
+    guarded = RadixLARU(PathOracle(w, 1.0), confidence="balance")
     inverted = replay_lcr(w, capacity, guarded)
     assert guarded.stats.extra["prediction_induced_misses"] == 0  # the balance replaces them
-    unguarded = replay_lcr(w, capacity, LARU(PathOracle(w, 1.0), confidence="balance", slack=1e9))
+    unguarded = replay_lcr(w, capacity, RadixLARU(PathOracle(w, 1.0), confidence="balance", slack=1e9))
     assert unguarded < 0.5 * lru
     # Measured 0.975: the bad evictions made before the balance turns (about one cache
     # of them) are all these adversarial predictions cost.
@@ -67,7 +67,7 @@ def test_balance_makes_the_same_decisions_in_the_fast_laru_and_the_spec():
     w = workload()
     capacity = w.distinct_tokens // 10
     victims = []
-    for cls in (LARU, LARUSpec):
+    for cls in (RadixLARU, RadixLARUSpec):
         policy = cls(PathOracle(w, 0.5, seed=1), confidence="balance")
         seen = []
         original = policy.on_evicted
@@ -89,7 +89,7 @@ def test_balance_switches_to_lru_only_past_slack_times_hits_plus_capacity():
         def tokens_of(self, keys):
             return 0
 
-    policy = LARU(PathOracle(workload()), confidence="balance")  # slack 0.02
+    policy = RadixLARU(PathOracle(workload()), confidence="balance")  # slack 0.02
     policy.bind(View())
     for total, hits, lam in ((-150.0, 0.0, 1.0),    # noise before the first hit: stays
                              (-250.0, 0.0, 0.0),    # 0.02 x (0 + 10,000) = 200

@@ -11,7 +11,7 @@ from conftest import data_file
 from lcr.cli import main
 from lcr.kv import RLT, RadixTree, build_workload, make_policy, replay_lcr
 from lcr.kv.chat import chat_workload
-from lcr.kv.laru import LARU
+from lcr.kv.laru import RadixLARU
 from lcr.traces import Trace, generate
 
 
@@ -91,7 +91,7 @@ def test_learned_predictor_serves_intervals_until_its_early_first_fit():
 
     w = build_workload(generate("online_qa:conversations=300,seed=1"))
     predictor = LearnedNodePredictor(background=False, first_fit=400)
-    policy = LARU(predictor)
+    policy = RadixLARU(predictor)
     tree = RadixTree(w.distinct_tokens // 20, policy)
     names = []
     for now, request in enumerate(w.requests):

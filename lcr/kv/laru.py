@@ -53,7 +53,7 @@ Within an eviction round each key is predicted once (one batch for the round's f
 window, then only newcomers, such as a victim's parent; ``now`` does not move within a
 round, so the predictions stay exact). The window itself is found in C++
 (``lcr._native.leaf_window``): a scan of the evictable leaves, O(leaves) per pick.
-``lcr.kv.spec.LARUSpec`` makes the same decisions by sorting in Python; tests compare
+``lcr.kv.spec.RadixLARUSpec`` makes the same decisions by sorting in Python; tests compare
 the two victim by victim.
 Not thread-safe: one engine thread drives a policy.
 """
@@ -76,7 +76,7 @@ INDUCED = ("phase", "stale")
 
 class LARURules(_Predictive):
     """Phases, prediction-induced misses and lambda: everything of LARU but the window
-    search, which ``LARU`` (incremental) and ``LARUSpec`` (sorting) implement."""
+    search, which ``RadixLARU`` (incremental) and ``RadixLARUSpec`` (sorting) implement."""
 
     name = "laru"
 
@@ -323,7 +323,7 @@ class LARURules(_Predictive):
         self.stats.extra["phases"] += 1
 
 
-class LARU(LARURules):
+class RadixLARU(LARURules):
     """LARU with the window found in one native call per pick (see the module docstring).
 
     ``lcr._native.leaf_window`` scans the evictable leaves for the l oldest, names the
@@ -356,3 +356,6 @@ class LARU(LARURules):
             predicted.update(fresh)
             victim, oldest, _ = leaf_window(leaves, stamps, self._l, predicted, ranks)
         return victim, oldest
+
+
+LARU = RadixLARU  # temporary alias: other modules still import LARU

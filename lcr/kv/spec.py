@@ -1,8 +1,8 @@
 """Reference implementations kept as specifications: simple, slow, obviously right.
 
-``LARUSpec`` makes LARU's decisions the direct way: at every pick it sorts the
+``RadixLARUSpec`` makes LARU's decisions the direct way: at every pick it sorts the
 evictable leaves by recency, takes the l oldest and asks the predictor about them.
-``lcr.kv.laru.LARU`` must make the same decision at every pick (tests compare them);
+``lcr.kv.laru.RadixLARU`` must make the same decision at every pick (tests compare them);
 both share ``LARURules`` (phases, induced misses, lambda), so only the window search
 differs.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 from lcr.kv.laru import LARURules
 
 
-class LARUSpec(LARURules):
+class RadixLARUSpec(LARURules):
     def __init__(self, predictor, **options):
         super().__init__(predictor, **options)
         self._l = 1
@@ -24,3 +24,6 @@ class LARUSpec(LARURules):
         if len(candidates) <= 1:
             return None, candidates[0]
         return self.predicted_victim(candidates, now), candidates[0]
+
+
+LARUSpec = RadixLARUSpec  # temporary alias: other modules still import LARUSpec
