@@ -1,0 +1,499 @@
+"""Live time-to-first-token of SGLang radix-cache policies at the LCR paper's shape.
+
+    PYTHONPATH=. nice -n 5 python benchmarks/sglang_ttft.py                 # every plan, ~2 h
+    PYTHONPATH=. python benchmarks/sglang_ttft.py --plans grid --dry-run    # the cells, sizes
+
+Real SGLang 0.5.23 CPU servers (``python -m sglang_patch.launch_server``, the ``small``
+model of tests/sglang_e2e_model.py, whose prefill costs tens of microseconds a token, so a
+cached prefix saves time as on a GPU) serve block-prefix workloads; a block of B tokens
+becomes ``ceil(B * scale)`` token ids (``SCALES``, per workload, times ``--token-scale``) drawn from its path id, so equal prefixes are
+equal token ids and the cache sees the workload's sharing, at a CPU's size. The KV pool is
+a share of the workload's distinct (scaled) prompt tokens.
+
+Plans (``--plans``):
+
+- ``grid``: Online-QA (``online_qa`` with the paper's parameters), pools 2.5/5/8%,
+  closed-loop concurrency 10 and 20, every policy of ``--policies``;
+- ``confirm``: Aibrix-like (``aibrix``), the shared Mooncake conversation trace (its own
+  order and prefix chains) and ShareGPT multi-turn chats, pool 5%, concurrency 10, then
+  open-loop Poisson arrivals at ``--open-loads`` x LRU's measured closed-loop rate;
+  ``lru``, ``laru`` and ``--builtin``;
+- ``robust``: Online-QA 5%, concurrency 10, LARU with predictions negated with probability
+  0.5 and 1 (the paper's robustness figure, live), and ``laru-service!kill``: the predictor
+  service killed halfway through the run (every request must still be answered; the
+  server falls back to LRU, and its lcr counters show it).
+
+Policies: ``lru`` (stock SGLang, its Rust tree core), SGLang's own ``lfu``, ``slru``,
+``tlru`` and ``priority`` (``--radix-eviction-policy``), ``laru`` (lcr's radix LARU, the
+learned predictor in-process), ``laru-service`` (the same through a running ``lcr
+serve-predictor``) and ``lpc`` (chat only).
+
+Every run is one cell (workload, pool, load, policy, repeat); repeats are interleaved
+(every policy of a repeat before the next repeat, the order reversed every other one), so
+load drifting on a shared host falls on all policies alike. Each finished run is written
+to ``--out`` at once (atomically); a re-run skips the runs already there (``--fresh``
+starts over). TTFT is timed by the client from the moment it sends a request to its first
+streamed chunk; cached tokens come from SGLang's /metrics.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO / "benchmarks"))
+DATA = REPO.parent / "shared" / "data"
+RESULTS = REPO / "benchmarks" / "results"
+VOCAB = 1000  # the tiny/small models'
+
+SGLANG_BUILTINS = ("lfu", "slru", "tlru", "priority")
+POLICIES = ("lru", *SGLANG_BUILTINS, "laru", "laru-service", "lpc")
+# Token ids per workload token, so a run's prefill fits a CPU: Online-QA and Aibrix prompts
+# average ~3,500 tokens, Mooncake's ~13,000; the chat blocks are 32 words.
+SCALES = {"online_qa": 1 / 32, "aibrix": 1 / 32, "mooncake": 1 / 128, "chat": 1 / 4}
+PLANS = ("grid", "confirm", "robust")
+NOISES = (0.5, 1.0)
+
+
+# -- workloads ------------------------------------------------------------------------------
+def block_ids(path: int, count: int) -> list[int]:
+    """The token ids of one block: fixed by its path id (its whole prefix)."""
+    rng = random.Random(path)
+    return [rng.randrange(3, VOCAB) for _ in range(count)]
+
+
+def workload_prompts(workload, scale: float) -> list[list[int]]:
+    """Each request of a ``BlockWorkload`` as token ids, blocks scaled by ``scale``."""
+    sizes = [max(1, math.ceil(tokens * scale)) for tokens in workload.path_tokens]
+    return [[1] + [t for path in request.paths for t in block_ids(path, sizes[path])]
+            for request in workload.requests]
+
+
+def distinct_tokens(prompts: list[list[int]]) -> int:
+    """Tokens of the distinct prefixes (a trie's size) over all prompts."""
+    root: dict = {}
+    count = 0
+    for ids in prompts:
+        node = root
+        for t in ids:
+            nxt = node.get(t)
+            if nxt is None:
+                nxt = node[t] = {}
+                count += 1
+            node = nxt
+    return count
+
+
+def load_workload(name: str, requests: int):
+    """A ``BlockWorkload`` by name: online_qa, aibrix, mooncake or chat."""
+    from lcr.kv.requests import build_workload
+    from lcr.traces import load_trace
+
+    if name == "online_qa":
+        # the paper's parameters (lcr.traces.generators.online_qa); ~3.6 turns a conversation
+        return build_workload(load_trace(f"online_qa:conversations={max(1, round(requests / 3.63))}"))
+    if name == "aibrix":
+        return build_workload(load_trace(f"aibrix:sessions={max(1, requests // 5)}"))
+    if name == "mooncake":
+        path = DATA / "kv" / "mooncake_conversation_trace.jsonl"
+        workload = build_workload(load_trace(str(path)))
+        workload.requests = workload.requests[:requests]
+        return workload
+    if name == "chat":
+        from lcr.kv.chat import chat_workload
+
+        return chat_workload(DATA / "chat" / "sharegpt_v3_sample1000.jsonl", sessions=max(1, requests // 4))
+    raise SystemExit(f"unknown workload {name!r}")
+
+
+# -- the client -------------------------------------------------------------------------------
+def timed_request(url: str, ids: list[int]) -> float:
+    """Seconds from sending one streamed request to its first chunk."""
+    from sglang_server import generate
+
+    _, ttft, _ = generate(url, ids)
+    return ttft
+
+
+def closed_loop(url: str, prompts: list[list[int]], concurrency: int, send=timed_request) -> dict:
+    """``concurrency`` clients; each sends the next prompt (in order) as soon as its last is
+    answered. Each TTFT runs from that request's own send."""
+    ttfts, lock, cursor = [], threading.Lock(), iter(range(len(prompts)))
+
+    def client():
+        while (i := _next(cursor, lock)) is not None:
+            ttft = send(url, prompts[i])
+            with lock:
+                ttfts.append(ttft)
+
+    started = time.perf_counter()
+    threads = [threading.Thread(target=client) for _ in range(concurrency)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return {"wall_s": time.perf_counter() - started, "ttfts": ttfts}
+
+
+def _next(cursor, lock):
+    with lock:
+        return next(cursor, None)
+
+
+def open_loop(url: str, prompts: list[list[int]], rate: float, seed: int, send=timed_request,
+              workers: int = 256) -> dict:
+    """Poisson arrivals at ``rate`` requests/s, prompts in order. A TTFT runs from the
+    request's send; ``late_p99_ms`` is how far sends trailed their schedule (the client's
+    own queueing, which must stay near 0 for the arrivals to be Poisson)."""
+    rng = random.Random(seed)
+    ttfts, late, futures = [], [], []
+    with ThreadPoolExecutor(workers) as pool:
+        started = time.perf_counter()
+        due = started
+        for ids in prompts:
+            due += rng.expovariate(rate)
+            pause = due - time.perf_counter()
+            if pause > 0:
+                time.sleep(pause)
+            futures.append(pool.submit(_scheduled, send, url, ids, due))
+        for future in futures:
+            ttft, lateness = future.result()
+            ttfts.append(ttft)
+            late.append(lateness)
+    return {"wall_s": time.perf_counter() - started, "ttfts": ttfts,
+            "late_p99_ms": 1e3 * percentile(late, 0.99)}
+
+
+def _scheduled(send, url, ids, due):
+    lateness = max(0.0, time.perf_counter() - due)
+    return send(url, ids), lateness
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else math.nan
+
+
+# -- cells ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Cell:
+    plan: str
+    workload: str
+    pool: float        # share of the distinct prompt tokens
+    load: str          # "c10": closed loop, 10 clients; "o0.8": Poisson at 0.8 x LRU's c10 rate
+    policy: str
+    repeat: int
+
+    @property
+    def key(self) -> str:
+        return f"{self.plan}|{self.workload}|{self.pool:g}|{self.load}|{self.policy}|{self.repeat}"
+
+
+def plan_cells(plans, policies, builtin: str, repeats: int, open_loads) -> list[Cell]:
+    """Every run, in the order they are made: per (plan, workload, pool), repeats outermost,
+    policies alternating direction."""
+    groups = []
+    if "grid" in plans:
+        groups += [("grid", "online_qa", pool, [f"c{c}" for c in (10, 20)], policies)
+                   for pool in (0.025, 0.05, 0.08)]
+    if "confirm" in plans:
+        for workload in ("aibrix", "mooncake", "chat"):
+            chosen = ["lru", "laru", builtin] + (["lpc"] if workload == "chat" and "lpc" in policies else [])
+            groups.append(("confirm", workload, 0.05, ["c10", *(f"o{x:g}" for x in open_loads)], chosen))
+    if "robust" in plans:
+        groups.append(("robust", "online_qa", 0.05, ["c10"],
+                       ["lru", *(f"laru~{p:g}" for p in NOISES), "laru-service!kill"]))
+    cells = []
+    for plan, workload, pool, loads, names in groups:
+        for repeat in range(repeats):
+            for load in loads:
+                order = names if repeat % 2 == 0 else names[::-1]
+                cells += [Cell(plan, workload, pool, load, name, repeat) for name in order]
+    return cells
+
+
+def server_args(policy: str, predictor_url: str | None) -> tuple[str, tuple[str, ...]]:
+    """(lcr --cache-policy, extra launch flags) of a policy name."""
+    if policy == "lru":
+        return "lru", ()
+    if policy in SGLANG_BUILTINS:
+        return "lru", ("--radix-eviction-policy", policy)
+    if policy == "laru":
+        return "laru", ("--predictor", "lightgbm")
+    if policy.startswith("laru-service"):
+        return "laru", ("--predictor-url", predictor_url or "")
+    if policy.startswith("laru~"):
+        return "laru", ("--predictor", "lightgbm", "--predictor-noise", policy[len("laru~"):])
+    if policy == "lpc":
+        return "lpc", ()
+    raise SystemExit(f"unknown policy {policy!r}; valid: {', '.join(POLICIES)}")
+
+
+# -- running ----------------------------------------------------------------------------------
+class Results:
+    """``--out``: every finished run, written after each one (atomic replace)."""
+
+    def __init__(self, path: Path, meta: dict, fresh: bool):
+        self.path = path
+        old = json.loads(path.read_text()) if path.exists() and not fresh else {}
+        if old and old.get("meta") != meta:
+            refuse(f"{path}: made with other settings ({old.get('meta')}); pass --fresh or another --out")
+        self.doc = {"meta": meta, "runs": old.get("runs", {})}
+
+    def __contains__(self, cell: Cell) -> bool:
+        return cell.key in self.doc["runs"]
+
+    def add(self, cell: Cell, run: dict) -> None:
+        from lcr.atomic import write_atomic
+
+        self.doc["runs"][cell.key] = run
+        write_atomic(self.path, json.dumps(self.doc, indent=1).encode())
+
+    def runs(self) -> dict:
+        return self.doc["runs"]
+
+
+def measure(server, prompts, cell: Cell, lru_rate: float | None, seed: int, fault=None) -> dict:
+    """One run; ``fault`` (if any) is called once half the requests have been sent."""
+    from sglang_server import lcr_counters
+
+    server.flush_cache()
+    before = server.metrics()
+    send = timed_request if fault is None else _halfway(fault, len(prompts))
+    if cell.load.startswith("c"):
+        run = closed_loop(server.url, prompts, int(cell.load[1:]), send)
+    else:
+        if not lru_rate:
+            raise SystemExit(f"{cell.key}: no LRU closed-loop rate measured before the open-loop run")
+        run = open_loop(server.url, prompts, float(cell.load[1:]) * lru_rate, seed, send)
+    after = server.metrics()
+    delta = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
+    ttfts = run.pop("ttfts")
+    failed = sum(1 for t in ttfts if math.isnan(t))
+    ok = [t for t in ttfts if not math.isnan(t)]
+    return {**run, "requests": len(ttfts), "failed": failed, "req_per_s": len(ttfts) / run["wall_s"],
+            "cached_ratio": delta.get("cached_tokens", 0) / max(delta.get("prompt_tokens", 0), 1),
+            **{f"ttft_p{q}_ms": 1e3 * percentile(ok, q / 100) for q in (50, 95, 99)},
+            "lcr": lcr_counters(delta)}
+
+
+class PredictorService:
+    """A real ``lcr serve-predictor`` on a fixed port: started, killed mid-run by the
+    ``laru-service!kill`` cells (the fault a server must ride out with LRU), restarted."""
+
+    def __init__(self, logdir: Path):
+        from sglang_server import free_port
+
+        self.port, self.logdir, self.proc = free_port(), logdir, None
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def ensure_up(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            return
+        log = (self.logdir / "predictor.log").open("a")
+        self.proc = subprocess.Popen([sys.executable, "-m", "lcr", "serve-predictor", "--port", str(self.port)],
+                                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        _wait_http(self.url + "/health", self.proc)
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(30)
+
+    def close(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(30)
+
+
+def _halfway(fault, total: int):
+    """A sender that calls ``fault`` when request ``total // 2`` is about to be sent."""
+    count, lock = [0], threading.Lock()
+
+    def send(url, ids):
+        with lock:
+            count[0] += 1
+            now = count[0] == total // 2
+        if now:
+            fault()
+        return timed_request(url, ids)
+
+    return send
+
+
+def _wait_http(url: str, proc, timeout: float = 120) -> None:
+    import urllib.request
+
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"{url}: the process exited ({proc.returncode})")
+        try:
+            urllib.request.urlopen(url, timeout=5).read()
+            return
+        except OSError:
+            time.sleep(1)
+    raise SystemExit(f"{url}: not up after {timeout:.0f} s")
+
+
+def run_cells(args, cells: list[Cell], results: Results) -> None:
+    from sglang_e2e_model import build_tiny_llama
+    from sglang_server import Server
+
+    todo = [c for c in cells if c not in results]
+    print(f"# {len(cells) - len(todo)} of {len(cells)} runs already in {args.out}; {len(todo)} to go", flush=True)
+    groups: dict[tuple, list[Cell]] = {}
+    for cell in todo:
+        groups.setdefault((cell.workload, cell.pool), []).append(cell)
+    done, started = 0, time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        model = build_tiny_llama(Path(tmp) / "model", size=args.model)
+        for (workload, pool), group in groups.items():
+            prompts = workload_prompts(load_workload(workload, args.requests), SCALES[workload] * args.token_scale)
+            pool_tokens = max(int(pool * distinct_tokens(prompts)), 2 * max(map(len, prompts)) + 64)
+            names = list(dict.fromkeys(c.policy for c in group))
+            with contextlib.ExitStack() as stack:
+                service = (stack.enter_context(contextlib.closing(PredictorService(Path(tmp))))
+                           if any(n.startswith("laru-service") for n in names) else None)
+                if service:
+                    service.ensure_up()
+                url = service.url if service else None
+                servers = {}
+                for name in names:
+                    policy, extra = server_args(name, url)
+                    servers[name] = stack.enter_context(contextlib.closing(_Closing(Server(
+                        model, policy, Path(tmp) / f"{name}.log", pool_tokens,
+                        (*extra, "--enable-metrics", "--sleep-on-idle")))))
+                for server in servers.values():
+                    server.server.wait_ready()
+                    timed_request(server.server.url, prompts[0])  # first-call costs
+                for cell in group:
+                    lru = [r["req_per_s"] for k, r in results.runs().items()
+                           if k.startswith(f"{cell.plan}|{workload}|{pool:g}|c10|lru|")]
+                    if cell.policy.startswith("laru-service"):
+                        service.ensure_up()
+                    fault = service.kill if cell.policy.endswith("!kill") else None
+                    run = measure(servers[cell.policy].server, prompts, cell,
+                                  statistics.median(lru) if lru else None, seed=cell.repeat, fault=fault)
+                    run["pool_tokens"] = pool_tokens
+                    results.add(cell, run)
+                    done += 1
+                    eta = (time.perf_counter() - started) / done * (len(todo) - done)
+                    print(f"[{done}/{len(todo)}, {eta / 60:.0f} min left] {cell.key}: TTFT p99 "
+                          f"{run['ttft_p99_ms']:.0f} ms, cached {run['cached_ratio']:.3f}, "
+                          f"{run['req_per_s']:.1f} req/s, failed {run['failed']}", flush=True)
+
+
+class _Closing:
+    def __init__(self, server):
+        self.server = server
+
+    def close(self):
+        self.server.stop()
+
+
+# -- report -----------------------------------------------------------------------------------
+def table(runs: dict) -> str:
+    """One row per (plan, workload, pool, load, policy): medians over repeats [min, max],
+    P99 TTFT as a ratio to LRU's within each repeat."""
+    rows: dict[tuple, list[dict]] = {}
+    for key, run in runs.items():
+        plan, workload, pool, load, policy, repeat = key.split("|")
+        rows.setdefault((plan, workload, pool, load, policy), []).append({**run, "repeat": int(repeat)})
+    lines = ["| plan | workload | pool | load | policy | TTFT p50 ms | p95 | p99 | p99 / LRU [min, max] | "
+             "cached | req/s | failed |", "|" + "---|" * 12]
+    for (plan, workload, pool, load, policy), cell in sorted(rows.items()):
+        lru = {r["repeat"]: r["ttft_p99_ms"] for r in rows.get((plan, workload, pool, load, "lru"), [])}
+        ratio = [r["ttft_p99_ms"] / lru[r["repeat"]] for r in cell if r["repeat"] in lru]
+        med = {m: statistics.median(r[m] for r in cell) for m in ("ttft_p50_ms", "ttft_p95_ms", "ttft_p99_ms",
+                                                               "cached_ratio", "req_per_s")}
+        spread = (f"{statistics.median(ratio):.3f} [{min(ratio):.3f}, {max(ratio):.3f}]" if ratio else "-")
+        lines.append(f"| {plan} | {workload} | {float(pool):.1%} | {load} | {policy} | {med['ttft_p50_ms']:.0f} | "
+                     f"{med['ttft_p95_ms']:.0f} | {med['ttft_p99_ms']:.0f} | {spread} | "
+                     f"{med['cached_ratio']:.3f} | {med['req_per_s']:.1f} | {sum(r['failed'] for r in cell)} |")
+    return "\n".join(lines)
+
+
+def refuse(message: str):
+    """Bad input: one line on stderr, exit 2."""
+    print(f"sglang_ttft.py: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.error = refuse  # one line, not argparse's usage block
+    p.add_argument("--plans", default=",".join(PLANS), help=f"comma-separated: {', '.join(PLANS)}")
+    p.add_argument("--policies", default="lru,lfu,slru,tlru,laru,laru-service",
+                   help=f"the grid's policies (of {', '.join(POLICIES)})")
+    p.add_argument("--builtin", default="slru", help="the SGLang built-in of the confirming runs "
+                   "(the best one in replay, `lcr sim-kv --engine sglang`)")
+    p.add_argument("--requests", type=int, default=1000, help="requests per run (>= 1,000 for the grid)")
+    p.add_argument("--token-scale", type=float, default=1.0,
+                   help="multiplies every workload's scale (SCALES: token ids per workload token)")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--open-loads", default="0.7,0.9", help="open-loop rates as shares of LRU's c10 rate")
+    p.add_argument("--model", default="small", choices=("tiny", "small"))
+    p.add_argument("--out", type=Path, default=RESULTS / "sglang_ttft_small.json")
+    p.add_argument("--fresh", action="store_true", help="start --out over instead of resuming it")
+    p.add_argument("--dry-run", action="store_true", help="list the runs and the workloads' sizes; start nothing")
+    args = p.parse_args(argv)
+    args.plans = _names("--plans", args.plans, PLANS)
+    args.policies = _names("--policies", args.policies, POLICIES)
+    if args.builtin not in SGLANG_BUILTINS:
+        refuse(f"--builtin must be one of {', '.join(SGLANG_BUILTINS)}, got {args.builtin!r}")
+    for flag, value in (("--requests", args.requests), ("--repeats", args.repeats)):
+        if value < 1:
+            refuse(f"{flag} must be at least 1, got {value}")
+    if not 0 < args.token_scale <= 32:
+        refuse(f"--token-scale must be in (0, 32], got {args.token_scale:g}")
+    try:
+        args.open_loads = [float(x) for x in args.open_loads.split(",")]
+    except ValueError:
+        refuse(f"--open-loads must be comma-separated numbers, got {args.open_loads!r}")
+    if not all(0 < x < 10 for x in args.open_loads):
+        refuse(f"--open-loads must lie in (0, 10), got {args.open_loads}")
+    return args
+
+
+def _names(flag: str, text: str, valid) -> list[str]:
+    names = [n for n in text.split(",") if n]
+    bad = [n for n in names if n not in valid]
+    if bad or not names:
+        refuse(f"{flag}: unknown {', '.join(bad) or '(none given)'}; valid: {', '.join(valid)}")
+    return names
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    cells = plan_cells(args.plans, args.policies, args.builtin, args.repeats, args.open_loads)
+    meta = {"model": args.model, "requests": args.requests, "token_scale": args.token_scale}
+    if args.dry_run:
+        for workload in dict.fromkeys(c.workload for c in cells):
+            prompts = workload_prompts(load_workload(workload, args.requests), SCALES[workload] * args.token_scale)
+            print(f"# {workload}: {len(prompts)} requests, {sum(map(len, prompts))} prompt tokens, "
+                  f"{distinct_tokens(prompts)} distinct, longest {max(map(len, prompts))}")
+        print("\n".join(c.key for c in cells))
+        return 0
+    results = Results(args.out, meta, args.fresh)
+    run_cells(args, cells, results)
+    print(table(results.runs()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

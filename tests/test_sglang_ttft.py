@@ -1,0 +1,145 @@
+"""benchmarks/sglang_ttft.py: what it times, the runs it plans, resuming, bad flags.
+
+The timing tests serve a real HTTP stream (a first chunk after FIRST seconds, the rest
+REST seconds later) so that a TTFT taken from any other moment than the request's own
+send (the loop's start, the previous request's first token or end) falls outside the
+bound. About 4 s.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import sglang_ttft as bench  # noqa: E402
+
+FIRST, REST = 0.15, 0.3
+
+
+class _Stream(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.0"
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        time.sleep(FIRST)
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        self.wfile.write(b'data: {"text": "a", "meta_info": {}}\n\n')
+        self.wfile.flush()
+        time.sleep(REST)
+        self.wfile.write(b"data: [DONE]\n\n")
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="module")
+def stream_url():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Stream)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def _from_own_send(ttfts):
+    # any other start lies at least FIRST + REST away; FIRST + REST / 2 leaves room for a slow host
+    return all(FIRST <= t < FIRST + REST / 2 for t in ttfts)
+
+
+def test_closed_loop_times_each_request_from_its_own_send(stream_url):
+    run = bench.closed_loop(stream_url, [[1, 2]] * 3, concurrency=1)
+    assert len(run["ttfts"]) == 3 and _from_own_send(run["ttfts"]), run["ttfts"]
+    assert run["wall_s"] >= 3 * (FIRST + REST)  # one client: one request at a time
+
+
+def test_open_loop_times_each_request_from_its_own_send(stream_url):
+    run = bench.open_loop(stream_url, [[1, 2]] * 4, rate=40.0, seed=0)
+    assert len(run["ttfts"]) == 4 and _from_own_send(run["ttfts"]), run["ttfts"]
+    assert run["wall_s"] < 4 * (FIRST + REST)  # arrivals overlap: not one at a time
+    assert run["late_p99_ms"] < 50
+
+
+def test_the_fault_fires_once_when_half_the_requests_are_sent():
+    calls, sent = [], []
+    original = bench.timed_request
+    bench.timed_request = lambda url, ids: sent.append(ids[0]) or 0.0
+    try:
+        send = bench._halfway(lambda: calls.append(len(sent)), total=10)
+        for i in range(10):
+            send("u", [i])
+    finally:
+        bench.timed_request = original
+    assert calls == [4]  # before the 5th request goes out
+
+
+def test_plan_interleaves_repeats_and_reverses_the_order_every_other_one():
+    cells = bench.plan_cells(["grid"], ["lru", "slru", "laru"], "slru", 2, [0.8])
+    assert len(cells) == len({c.key for c in cells}) == 3 * 2 * 2 * 3
+    first = [c.policy for c in cells if c.pool == 0.025 and c.load == "c10" and c.repeat == 0]
+    second = [c.policy for c in cells if c.pool == 0.025 and c.load == "c10" and c.repeat == 1]
+    assert first == ["lru", "slru", "laru"] and second == first[::-1]
+    # every run of repeat 0 of a pool comes before any of repeat 1
+    pool = [c.repeat for c in cells if c.pool == 0.025]
+    assert pool == sorted(pool)
+
+
+def test_confirming_runs_measure_lru_closed_loop_before_the_open_loop_runs():
+    cells = bench.plan_cells(["confirm"], list(bench.POLICIES), "tlru", 1, [0.7, 0.9])
+    for workload in ("aibrix", "mooncake", "chat"):
+        mine = [c for c in cells if c.workload == workload]
+        assert [c.load for c in mine][0] == "c10" and mine[0].policy == "lru"
+        assert {c.load for c in mine} == {"c10", "o0.7", "o0.9"}
+        assert {c.policy for c in mine} == {"lru", "laru", "tlru"} | ({"lpc"} if workload == "chat" else set())
+
+
+def test_robustness_runs_negate_predictions_and_kill_the_service():
+    cells = bench.plan_cells(["robust"], ["lru"], "slru", 1, [0.8])
+    assert [c.policy for c in cells] == ["lru", "laru~0.5", "laru~1", "laru-service!kill"]
+    assert bench.server_args("laru~0.5", None) == ("laru", ("--predictor", "lightgbm", "--predictor-noise", "0.5"))
+    assert bench.server_args("laru-service!kill", "http://x") == ("laru", ("--predictor-url", "http://x"))
+    assert bench.server_args("slru", None) == ("lru", ("--radix-eviction-policy", "slru"))
+
+
+def test_equal_prefixes_become_equal_token_ids():
+    from lcr.kv.requests import BlockRequest, BlockWorkload
+
+    workload = BlockWorkload([BlockRequest((0, 1), (64, 64)), BlockRequest((0, 2), (64, 32)),
+                              BlockRequest((3,), (64,))])
+    a, b, c = bench.workload_prompts(workload, 1 / 32)
+    assert a[:3] == b[:3] and a[3:] != b[3:] and a[1:3] != c[1:3]
+    assert [len(a), len(b), len(c)] == [5, 4, 3]
+    assert bench.distinct_tokens([a, b, c]) == len(a) + 1 + 2  # b shares bos + block 0
+
+
+def test_a_rerun_skips_finished_runs_and_refuses_other_settings(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    cell = bench.Cell("grid", "online_qa", 0.05, "c10", "lru", 0)
+    bench.Results(out, {"model": "small"}, fresh=False).add(cell, {"ttft_p99_ms": 1.0})
+    assert cell in bench.Results(out, {"model": "small"}, fresh=False)
+    assert cell not in bench.Results(out, {"model": "small"}, fresh=True)
+    with pytest.raises(SystemExit) as err:
+        bench.Results(out, {"model": "tiny"}, fresh=False)
+    assert err.value.code == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+    assert json.loads(out.read_text())["runs"][cell.key] == {"ttft_p99_ms": 1.0}
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["--plans", "grid,nope"], "--plans"), (["--policies", "lru,mru"], "--policies"),
+    (["--builtin", "laru"], "--builtin"), (["--requests", "0"], "--requests"),
+    (["--token-scale", "0"], "--token-scale"), (["--open-loads", "0.5,x"], "--open-loads"),
+    (["--open-loads", "-1"], "--open-loads"), (["--repeats", "x"], "--repeats")])
+def test_bad_flags_are_one_line_naming_the_flag_exit_2(argv, flag, capsys):
+    with pytest.raises(SystemExit) as err:
+        bench.parse_args(argv)
+    assert err.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and flag in lines[0], lines
