@@ -19,7 +19,7 @@ CPU column is the calling thread's only).
 
 Each timing is repeated; the table shows the median with the 25th-75th percentile and the
 median thread CPU time (on a shared machine wall time includes waiting for a core), and
-the load average before and after. Writes benchmarks/results/predictor.json.
+the load average before and after. Writes the entry ``threads_N`` of benchmarks/results/predictor.json.
 """
 from __future__ import annotations
 
@@ -31,6 +31,8 @@ import threading
 import time
 from dataclasses import replace
 from pathlib import Path
+
+from results_file import update_entry
 
 import numpy as np
 
@@ -275,13 +277,11 @@ def main() -> None:
     for name, _ in PREDICT_MODELS:
         ratio = results[f"predict_25k_{name}_lightgbm_own"]["median"] / results[f"predict_25k_{name}"]["median"]
         print(f"{name}: LightGBM's own predict / ours (medians, same run): {ratio:.1f}x")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"machine": machine_description(), "threads": args.threads,
-                                    "load_average_before": load_before,
-                                    "load_average_after": load_after, "timings_ms": results,
-                                    "medians": {k: v["median"] for k, v in results.items() if isinstance(v, dict)},
-                                    "targets_ms": targets}, indent=1))
-    print(f"wrote {args.out}")
+    update_entry(args.out, f"threads_{args.threads}", {
+        "machine": machine_description(), "threads": args.threads, "load_average_before": load_before,
+        "load_average_after": load_after, "timings_ms": results,
+        "medians": {k: v["median"] for k, v in results.items() if isinstance(v, dict)}, "targets_ms": targets})
+    print(f"wrote {args.out} (threads_{args.threads})")
 
 
 if __name__ == "__main__":

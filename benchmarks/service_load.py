@@ -15,7 +15,7 @@ the service always has one in flight. With ``--async-client`` one more client dr
 The service runs as a separate ``lcr serve-predictor`` process; its RSS (front plus model
 process, from /proc) and the machine's load average are sampled every second. On a shared
 machine, ``--nice-clients 10`` runs the load generators (clients, probe, big sender, async
-client) at a lower priority than the service. Writes benchmarks/results/service_load.json.
+client) at a lower priority than the service. Writes its ``--setting``'s entry of benchmarks/results/service_load.json.
 """
 from __future__ import annotations
 
@@ -28,6 +28,8 @@ import sys
 import threading
 import time
 from pathlib import Path
+
+from results_file import update_entry
 
 import numpy as np
 
@@ -299,6 +301,9 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=1, help="runs of each configuration")
     parser.add_argument("--nice-clients", type=int, default=0,
                         help="niceness of the load-generating processes (the service keeps its own)")
+    parser.add_argument("--setting", default="load",
+                        help="this run's entry in --out (load: the default grid; health: --big at 64 "
+                             "clients; soak: a long fresh-key run); a re-run replaces its own entry")
     parser.add_argument("--out", default=str(RESULTS))
     args = parser.parse_args()
     rows = []
@@ -308,10 +313,8 @@ def main() -> int:
             for repeat in range(args.repeats):
                 for root in roots:  # alternating, so the trees see the same machine load
                     rows.append(run_one(args, root, clients, mode, repeat))
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps({"args": vars(args), "cpu_count": os.cpu_count(), "runs": rows}, indent=1,
-                                         default=str))
-    print(f"wrote {args.out}")
+    update_entry(args.out, args.setting, {"args": vars(args), "cpu_count": os.cpu_count(), "runs": rows})
+    print(f"wrote {args.out} ({args.setting})")
     return 0
 
 
