@@ -16,8 +16,9 @@ def _command_modules():
     from lcr.predict import cli as predict_cli
     from lcr.route import cli as route_cli
     from lcr.sim import cli as sim_cli
+    from lcr.sim import predict_eval_cli
 
-    return [sim_cli, ckpt_cli, kv_cli, predict_cli, bench_cli, route_cli, lpc_cli]
+    return [sim_cli, ckpt_cli, kv_cli, predict_cli, predict_eval_cli, bench_cli, route_cli, lpc_cli]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -3,7 +3,7 @@
 - ``check_output_path``: an output file (``--json``, ``--plot``) must be creatable, so a
   long run does not end in a traceback at the last step.
 - ``check_memory``: a size that cannot fit in this machine's memory is refused instead
-  of running it out of memory.
+  of running it out of memory (trace readers and generators ask it too).
 """
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import os
 from pathlib import Path
 
 from lcr.errors import LcrInputError
-from lcr.traces.guard import available_memory
 
 
 def check_output_path(path: str | None, flag: str, suffixes: tuple[str, ...] = ()) -> None:
@@ -42,12 +41,32 @@ def check_output_path(path: str | None, flag: str, suffixes: tuple[str, ...] = (
         raise LcrInputError(f"{flag} {path}: cannot write there ({err.strerror or err})") from None
 
 
-def check_memory(nbytes: float, what: str) -> None:
-    """Raise when ``what`` needs more than the memory available now."""
+def available_memory() -> int:
+    """Bytes this process could still allocate: MemAvailable, else physical memory."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - non-POSIX
+        return 1 << 62
+
+
+def check_memory(nbytes: float, what: str, source: str | None = None) -> None:
+    """Raise ``LcrInputError`` (naming ``source``, e.g. the trace) when ``what`` needs
+    about ``nbytes``, more than the memory available now."""
     available = available_memory()
     if nbytes > available:
-        raise LcrInputError(f"{what} needs {nbytes / 2**30:.3g} GiB but only "
-                            f"{available / 2**30:.3g} GiB of memory is available")
+        raise LcrInputError(f"{what} would need about {_gib(nbytes)}; {_gib(available)} of memory "
+                            "is available", source=source)
+
+
+def _gib(nbytes: float) -> str:
+    return f"{nbytes / (1 << 30):.3g} GiB"
 
 
 __all__ = ["available_memory", "check_memory", "check_output_path"]

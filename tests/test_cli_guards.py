@@ -34,7 +34,7 @@ CASES = [
     (["bench", "sls", "--seed", "-1"], "--seed must be at least 0"),
     (["bench", "sls", "--table-rows", "100000000000"], "GiB of memory is available"),
     (["bench", "sls", "--policies", ""], "give at least one value"),
-    (["bench", "sls", "--policies", "lru,nope"], "unknown nope"),
+    (["bench", "sls", "--policies", "lru,nope"], "--policies: unknown"),
     (["bench", "sls", "--predictor", "noisy:2"], "noisy:P needs 0 <= P <= 1"),
     (["bench", "sls", "--json", "{file}/out.json"], "is not a directory"),
     (["bench", "sls", "--plot", "{dir}"], "is a directory"),

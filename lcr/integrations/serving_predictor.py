@@ -22,7 +22,7 @@ from typing import Sequence
 from urllib.parse import unquote, urlsplit
 
 from lcr.errors import LcrInputError
-from lcr.integrations.backoff import Backoff
+from lcr.predict.backoff import Backoff
 from lcr.redact import redact_url, split_credentials
 
 

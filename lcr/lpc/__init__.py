@@ -8,5 +8,7 @@
 ``policy``     the LPC eviction order, LARU's next-access view of it, the Oracle
 
 Heavy dependencies (torch, sentence-transformers, lightgbm) are imported lazily;
-install them with ``pip install lcr[lpc]``.
+install them with ``pip install lcr[lpc]``. Importing any part of ``lcr.lpc`` registers
+the ``sharegpt:`` trace generator (``lcr.traces`` does not know LPC).
 """
+from lcr.lpc import workload as _workload  # noqa: F401  (registers the sharegpt generator)

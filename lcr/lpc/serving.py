@@ -38,10 +38,10 @@ from collections import OrderedDict, deque
 from pathlib import Path
 
 from lcr.errors import LcrInputError
-from lcr.integrations.backoff import Backoff
 from lcr.lpc.features import token_count, turn_example
 from lcr.lpc.policy import LPC, SCALE, ContinuationKeys, logit
 from lcr.lpc.templates import SPLITTERS, split_turns
+from lcr.predict.backoff import Backoff
 
 log = logging.getLogger("lcr.sglang")
 

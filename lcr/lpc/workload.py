@@ -24,6 +24,8 @@ import numpy as np
 
 from lcr.errors import LcrInputError
 from lcr.lpc.chats import Conversation, load_conversations, split_conversations
+from lcr.traces.generators import register_generator
+from lcr.traces.trace import Trace
 
 _MASK63 = (1 << 63) - 1
 
@@ -115,7 +117,6 @@ def chat_requests(conversations: list[Conversation], tokenizer=None, *, gap_mean
 def to_trace(requests: list[ChatRequest], conversations: list[Conversation], block: int = 16,
              name: str = "sharegpt"):
     """Block-chain trace of the requests; ``meta`` keeps what LPC and the Oracle need."""
-    from lcr.traces.trace import Trace  # lazily: lcr.traces registers this module's generator
 
     if block < 1:
         raise LcrInputError(f"chat workload: block must be at least 1 token, got {block}")
@@ -148,7 +149,7 @@ def to_trace(requests: list[ChatRequest], conversations: list[Conversation], blo
 
 def sharegpt(path: str = "../shared/data/chat/sharegpt_v3_sample1000.jsonl", conversations: int = 0,
              half: str = "all", split_seed: int = 0, gap_mean: float = 100.0, max_active: int = 200,
-             decode_s: float = 0.02, block: int = 16, tokenizer: str = "", seed: int = 0):
+             decode_s: float = 0.02, block: int = 16, tokenizer: str = "", seed: int = 0) -> Trace:
     """Generator ``sharegpt:path=...,half=eval``: the closed-loop replay of a ShareGPT
     JSONL file. ``half`` = all, train or eval (the conversations LPC did not train on);
     ``conversations`` > 0 keeps the first N of that half."""
@@ -165,3 +166,6 @@ def sharegpt(path: str = "../shared/data/chat/sharegpt_v3_sample1000.jsonl", con
     requests = chat_requests(convs, load_tokenizer(tokenizer or None), gap_mean=gap_mean,
                              max_active=max_active, decode_s=decode_s, seed=seed)
     return to_trace(requests, convs, block, name=f"sharegpt({Path(path).name},{half},{len(convs)} conv)")
+
+
+register_generator("sharegpt", sharegpt)  # LPC's workload, offered wherever lcr.lpc is imported

@@ -28,12 +28,14 @@ def recency_answers(trace: Trace) -> np.ndarray:
 def opt_victim_ranks(trace: Trace, answers: np.ndarray, capacity: int, samples: int = 2000) -> np.ndarray:
     """Normalised rank (0 best, 1 worst) of OPT's victim among OPT's residents, at up to
     ``samples`` evenly spaced OPT evictions. Ties count half."""
-    from lcr.sim.native import dense_ids, native_replay
+    from lcr import _native
 
-    ids, keys = dense_ids(trace)
-    run = native_replay(trace, "opt", capacity, record_evictions=True)
-    key_to_id = {int(k): i for i, k in enumerate(keys.tolist())}
-    evictions = np.flatnonzero(run.evicted >= 0)
+    # OPT's C++ core called directly (lcr.predict sits below the simulator's adapter,
+    # lcr.sim.native); it takes and returns dense ids (first-appearance order).
+    ids, keys = _native.dense_ids(trace.keys)
+    hits, evicted, _ = _native.replay_opt(ids=ids, n_ids=len(keys), capacity=capacity,
+                                          next_use=trace.next_use, record_evictions=True)
+    evictions = np.flatnonzero(evicted >= 0)
     if len(evictions) == 0:
         return np.zeros(0)
     chosen = set(evictions[np.linspace(0, len(evictions) - 1, min(samples, len(evictions))).astype(int)].tolist())
@@ -41,11 +43,11 @@ def opt_victim_ranks(trace: Trace, answers: np.ndarray, capacity: int, samples: 
     resident = np.zeros(len(keys), dtype=bool)
     last = np.zeros(len(keys), dtype=np.int64)
     ranks = []
-    hits, evicted = run.hits, run.evicted.tolist()
+    evicted = evicted.tolist()
     for t, i in enumerate(ids.tolist()):
         if not hits[t]:
             if evicted[t] >= 0:
-                victim = key_to_id[evicted[t]]
+                victim = evicted[t]
                 if t in chosen:
                     held = np.flatnonzero(resident)
                     scores = answers[last[held]]
@@ -101,19 +103,3 @@ def boundary_quality(trace: Trace, probabilities: np.ndarray, boundary: np.ndarr
     p = probabilities[known]
     return BoundaryQuality(roc_auc(labels, p), calibration(labels, p), float(labels.mean()) if len(p) else float("nan"))
 
-
-def plot_calibration(points: list[tuple[float, float, int]], path: str, title: str = "") -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from lcr.sim.plot import save_figure
-
-    fig, ax = plt.subplots(figsize=(4.2, 4))
-    ax.plot([0, 1], [0, 1], linestyle="--", color="grey", linewidth=1)
-    if points:
-        predicted, observed, _ = zip(*points)
-        ax.plot(predicted, observed, marker="o")
-    ax.set(xlabel="predicted P(beyond boundary)", ylabel="observed frequency", xlim=(0, 1), ylim=(0, 1))
-    save_figure(fig, path, title)

@@ -5,7 +5,7 @@ import os
 
 from lcr.errors import LcrInputError
 
-from lcr.traces.generators import GENERATORS, generate, is_generator_spec
+from lcr.traces.generators import GENERATORS, generate, is_generator_spec, register_generator
 from lcr.traces.next_use import NEVER, next_use, next_use_reference
 from lcr.traces.readers import FORMAT_NAMES, FORMATS, detect_format, format_label, read_trace
 from lcr.traces.trace import Trace
@@ -22,4 +22,4 @@ def load_trace(source: str, fmt: str | None = None, limit: int | None = None) ->
 
 
 __all__ = ["Trace", "NEVER", "FORMATS", "FORMAT_NAMES", "format_label", "GENERATORS", "generate", "load_trace", "read_trace",
-           "detect_format", "next_use", "next_use_reference", "is_generator_spec"]
+           "detect_format", "next_use", "next_use_reference", "is_generator_spec", "register_generator"]

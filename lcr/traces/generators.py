@@ -2,6 +2,9 @@
 
 Each generator is a function of keyword parameters returning a ``Trace``; ``generate``
 takes a spec string such as ``zipf:requests=100000,keys=10000,alpha=1.0,seed=0``.
+Generators of the layers above register themselves (``register_generator``) from the
+module that owns them: ``sharegpt``, LPC's chat replay, from ``lcr.lpc.workload`` when
+``lcr.lpc`` is imported (the ``lcr`` command always imports it).
 """
 from __future__ import annotations
 
@@ -11,8 +14,7 @@ from typing import Callable
 import numpy as np
 
 from lcr.errors import LcrInputError
-from lcr.traces.guard import require_memory
-from lcr.lpc.workload import sharegpt
+from lcr.guards import check_memory
 from lcr.traces.moe import llama_moe, mixtral, moe
 from lcr.traces.trace import Trace
 
@@ -144,8 +146,16 @@ def aibrix(sessions: int = 1_000, system_prompts: int = 8, system_tokens: int = 
 GENERATORS: dict[str, Callable[..., Trace]] = {
     "zipf": zipf, "loop": loop, "scan": scan, "online_qa": online_qa, "aibrix": aibrix,
     "moe": moe, "mixtral": mixtral, "llama_moe": llama_moe,
-    "sharegpt": sharegpt,  # lcr.lpc.workload: closed-loop chat replay with real token ids
 }
+
+
+def register_generator(name: str, func: Callable[..., Trace]) -> None:
+    """Make ``name:param=value,...`` run ``func`` (keyword parameters with defaults, which
+    give their types). Registering the same function again is a no-op; another one under
+    a taken name is a ValueError."""
+    if GENERATORS.get(name, func) is not func:
+        raise ValueError(f"generator {name!r} is already registered")
+    GENERATORS[name] = func
 
 
 def _coerce(text: str, default, name: str, spec: str):
@@ -177,13 +187,13 @@ def _check_values(name: str, kwargs: dict, spec: str) -> None:
     defaults = {p.name: p.default for p in inspect.signature(func).parameters.values()}
     size = {**defaults, **kwargs}
     if "requests" in size:
-        require_memory(48 * size["requests"], f"{size['requests']:,} requests", source=spec)
+        check_memory(48 * size["requests"], f"{size['requests']:,} requests", source=spec)
     if "tokens" in size:
-        require_memory(24 * size["tokens"] * size.get("layers", 32) * size.get("experts", 16),
+        check_memory(24 * size["tokens"] * size.get("layers", 32) * size.get("experts", 16),
                        f"{size['tokens']:,} tokens", source=spec)
     for count in ("conversations", "sessions"):
         if count in size:
-            require_memory(4096 * size[count], f"{size[count]:,} {count}", source=spec)
+            check_memory(4096 * size[count], f"{size[count]:,} {count}", source=spec)
 
 
 def generate(spec: str) -> Trace:

@@ -25,7 +25,7 @@ import numpy as np
 from lcr.errors import LcrInputError
 from lcr.traces import detect
 from lcr.traces.files import READ_ERRORS, compression, open_binary, read_prefix
-from lcr.traces.guard import require_memory
+from lcr.guards import check_memory
 from lcr.traces.moe import routing_trace
 from lcr.traces.trace import Trace
 
@@ -117,7 +117,7 @@ def read_arc(path: Path, limit: int | None = None) -> Trace:
             count = min(count, limit - total)
         runs.append((start, count))
         total += count
-        require_memory(total * 8 * 4, f"{total:,} requests", source=str(path))
+        check_memory(total * 8 * 4, f"{total:,} requests", source=str(path))
         if limit is not None and total >= limit:
             break
     starts = np.repeat(np.array([s for s, _ in runs], dtype=np.int64), [c for _, c in runs])
@@ -207,7 +207,7 @@ def read_oracle_general(path: Path, limit: int | None = None) -> Trace:
 def _read_bytes(path: Path, limit_bytes: int | None) -> bytes:
     if compression(path) is None:  # the bytes, then int64 keys of up to twice their size
         size = os.path.getsize(path) if limit_bytes is None else min(limit_bytes, os.path.getsize(path))
-        require_memory(3 * size, f"{size:,} bytes of trace", source=str(path))
+        check_memory(3 * size, f"{size:,} bytes of trace", source=str(path))
     with open_binary(path) as f:
         return f.read() if limit_bytes is None else f.read(limit_bytes)
 
