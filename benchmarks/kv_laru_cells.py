@@ -2,14 +2,14 @@
 Online-QA (2000 conversations), Aibrix (1000 sessions) and the ShareGPT chat replay, at
 three cache sizes each (% of the trace's distinct tokens, as ``lcr sim-kv`` rounds them).
 
-Per cell: LRU's and leaf-OPT's token hit rates, then for each LARU rule set its hit
-tokens with exact predictions over leaf-OPT's (p = 0), with every prediction negated
-over LRU's (p = 1, ``PathOracle`` seed 0, as ``--noise 1``), and with the learned node
-predictor over LRU's (``--predictor lightgbm-belady``). The same functions as
+Per cell: LRU's and leaf-OPT's token hit rates, then the default LARU's hit tokens with
+exact predictions over leaf-OPT's (p = 0), with every prediction negated over LRU's
+(p = 1, ``PathOracle`` seed 0, as ``--noise 1``), and with the learned node predictor
+over LRU's (``--predictor lightgbm-belady``). The same functions as
 ``lcr sim-kv`` (``make_policy``, ``make_path_predictor``, ``replay_lcr``); it prints
 markdown tables and writes benchmarks/results/kv_laru_cells.json.
 
-    python benchmarks/kv_laru_cells.py [--traces mooncake,online_qa,aibrix,chat] [--rules default,guarded]
+    python benchmarks/kv_laru_cells.py [--traces mooncake,online_qa,aibrix,chat]
 """
 from __future__ import annotations
 
@@ -31,12 +31,6 @@ TRACES = {  # name -> (lcr sim-kv TRACE, --cache-tokens, label)
     "aibrix": ("aibrix:sessions=1000", "2%,5%,10%", "Aibrix (1000 sessions)"),
     "chat": ("chat:" + str(DATA / "chat" / "sharegpt_v3_sample1000.jsonl"), "2%,5%,10%", "ShareGPT chat replay"),
 }
-RULES = {  # label -> laru options (``--policies laru:...``)
-    "default": {},
-    "guarded": {"phase": "tokens", "confidence": "guarded"},
-    "earned": {"phase": "nodes", "confidence": "earned"},   # the default before the shadow
-    "phase": {"phase": "nodes", "confidence": "phase"},     # Algorithm 1's reset, x12's learned winner
-}
 MODES = {"p0": ("oracle", 0.0), "p1": ("oracle", 1.0), "learned": ("lightgbm-belady", 0.0)}
 
 
@@ -44,49 +38,43 @@ def workload(spec: str):
     return load_chat(spec, None) if spec.startswith("chat:") else build_workload(load_trace(spec, None, None), 512)
 
 
-def run_cell(w, capacity: int, rules: dict) -> dict:
+def run_cell(w, capacity: int) -> dict:
     lru = replay_lcr(w, capacity, make_policy("lru", w))
     opt = replay_lcr(w, capacity, make_policy("opt", w))
     cell = {"cache_tokens": capacity, "lru_hit_rate": lru / w.total_tokens, "opt_hit_rate": opt / w.total_tokens,
-            "lru_hit_tokens": lru, "opt_hit_tokens": opt, "rules": {}}
-    for label, options in rules.items():
-        out = cell["rules"][label] = {}
-        for mode, (kind, noise) in MODES.items():
-            started = time.perf_counter()
-            policy = make_policy("laru", w, predictor=make_path_predictor(kind, w, noise, 0), **options)
-            hits = replay_lcr(w, capacity, policy)
-            out[mode] = {"hit_tokens": hits, "ratio": hits / (opt if mode == "p0" else lru),
-                         "seconds": round(time.perf_counter() - started, 2)}
+            "lru_hit_tokens": lru, "opt_hit_tokens": opt, "laru": {}}
+    for mode, (kind, noise) in MODES.items():
+        started = time.perf_counter()
+        policy = make_policy("laru", w, predictor=make_path_predictor(kind, w, noise, 0))
+        hits = replay_lcr(w, capacity, policy)
+        cell["laru"][mode] = {"hit_tokens": hits, "ratio": hits / (opt if mode == "p0" else lru),
+                              "seconds": round(time.perf_counter() - started, 2)}
     return cell
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--traces", default=",".join(TRACES))
-    parser.add_argument("--rules", default=",".join(RULES))
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "kv_laru_cells.json"))
     args = parser.parse_args()
-    rules = {name: RULES[name] for name in args.rules.split(",")}
     results = []
     for name in args.traces.split(","):
         spec, sizes, label = TRACES[name]
         w = workload(spec)
         for capacity, size in zip(parse_cache_tokens(sizes, w.distinct_tokens), sizes.split(",")):
-            cell = run_cell(w, capacity, rules)
+            cell = run_cell(w, capacity)
             cell.update(trace=name, label=f"{label}, {size}")
             results.append(cell)
             print(json.dumps({k: cell[k] for k in ("label", "lru_hit_rate", "opt_hit_rate")}),
-                  {r: {m: round(v["ratio"], 4) for m, v in modes.items()} for r, modes in cell["rules"].items()},
+                  {m: round(v["ratio"], 4) for m, v in cell["laru"].items()},
                   flush=True)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps({"rules": rules, "cells": results}, indent=1))
-    for mode, what in (("p0", "p = 0 (exact): LARU / leaf-OPT"), ("p1", "p = 1 (inverted): LARU / LRU"),
-                       ("learned", "lightgbm-belady: LARU / LRU")):
-        print(f"\n{what}\n\n| trace, cache | LRU | leaf-OPT | " + " | ".join(rules) + " |")
-        print("|---|---|---|" + "---|" * len(rules))
-        for cell in results:
-            ratios = " | ".join(f"{cell['rules'][r][mode]['ratio']:.4f}" for r in rules)
-            print(f"| {cell['label']} | {cell['lru_hit_rate']:.4f} | {cell['opt_hit_rate']:.4f} | {ratios} |")
+    Path(args.out).write_text(json.dumps({"cells": results}, indent=1))
+    print("\n| trace, cache | LRU | leaf-OPT | p = 0: LARU / leaf-OPT | p = 1: LARU / LRU | "
+          "lightgbm-belady: LARU / LRU |\n|---|---|---|---|---|---|")
+    for cell in results:
+        ratios = " | ".join(f"{cell['laru'][mode]['ratio']:.4f}" for mode in MODES)
+        print(f"| {cell['label']} | {cell['lru_hit_rate']:.4f} | {cell['opt_hit_rate']:.4f} | {ratios} |")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """lcr._native.leaf_window (LARU's window in one call) against a Python transcription
-of the rule ``lcr.kv.spec.LARUSpec`` follows: the ``count`` oldest leaves by (last
-access, key), a leaf never accessed counting as -1; the largest rank among them, the
-older leaf on ties. Whole-policy decisions are compared with the spec in test_kv_laru."""
+of the rule: the ``count`` oldest leaves by (last access, key), a leaf never accessed
+counting as -1; the largest rank among them, the older leaf on ties. Whole-policy
+decisions are compared with the reference in test_kv_laru_reference."""
 from __future__ import annotations
 
 import math

@@ -16,8 +16,6 @@ thread drives them.
 """
 from __future__ import annotations
 
-import math
-
 
 class TokenReuse:
     def __init__(self) -> None:
@@ -86,14 +84,11 @@ class LRUBalance:
     LRU would hit the top ``capacity - distance`` tokens of that node's earlier path
     (it evicts the deepest, oldest tokens first), at most the path's earlier depth."""
 
-    def __init__(self, horizon: float = 0.0) -> None:
-        # horizon > 0: each request's terms fade by exp(-1/horizon) per request (old
-        # evidence is forgotten, so a predictor that improves gets trusted again)
-        self.keep = math.exp(-1.0 / horizon) if horizon > 0 else 1.0
-        self.hits = 0.0  # this cache's hit tokens, faded the same way (the scale)
+    def __init__(self) -> None:
+        self.hits = 0.0  # this cache's hit tokens (the scale)
         self.reuse = TokenReuse()
         self.depth: dict[int, int] = {}  # key -> depth of the request path it was last on
-        self.total = 0.0  # faded (hit tokens - LRU's estimated hit tokens)
+        self.total = 0.0  # hit tokens - LRU's estimated hit tokens
         self._now = -1
         self._hit = 0            # this request's hit tokens
         self._lru = 0.0          # LRU's estimated hit tokens for it
@@ -137,7 +132,7 @@ class LRUBalance:
     def settle(self, now: int) -> float:
         """Close the accounting of requests before ``now``; the running balance."""
         if self._now >= 0 and self._now != now:
-            self.total = self.keep * self.total + self._hit - self._lru
-            self.hits = self.keep * self.hits + self._hit
+            self.total += self._hit - self._lru
+            self.hits += self._hit
             self._hit, self._lru = 0, 0.0
         return self.total

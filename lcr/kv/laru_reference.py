@@ -1,0 +1,149 @@
+"""The radix LARU's default rules, written a second time to be read: an executable
+reference for ``lcr.kv.laru.RadixLARU`` (docs/kv.md, "Radix LARU").
+
+Plain dicts and sorting, no native code and nothing shared with ``RadixLARU`` beyond the
+engine protocol (``LeafPolicy``'s hooks, ``CacheView``) and the predictor's ``predict``.
+CI drives both through lcr's tree on generated workloads and compares every victim
+(tests/test_kv_laru_reference.py). It covers the default rules with a predictor that
+answers (the fast policy's fallback to LRU when a predictor raises is tested on its own),
+and it is slow: every pick sorts the evictable leaves and asks the predictor again.
+
+The rules, as this class applies them:
+
+1. Recency. Every node has the time of its last access; a split's lower part keeps the
+   node's. Leaves are ordered oldest first, ties by the smaller key.
+2. Window. At the start of an eviction round k = the number of cached nodes and
+   l = max(floor(lambda * k), 1). Each pick takes the l oldest evictable leaves and
+   evicts the one predicted to return last (NaN = never; ties: the older leaf). When that
+   is not the oldest leaf, the eviction is the prediction's: it is recorded (key -> time)
+   until the node is accessed again.
+3. Phases. A phase counts the tokens of the distinct nodes requested in it; when room is
+   needed and the count has reached the capacity (or at the first eviction), a new phase
+   starts. A node's tokens are those the engine reports: its depth minus the depth of the
+   node above it in the same report, or, heading a report, the tokens it had at its
+   previous report, else its depth.
+4. Confidence. An LRU of the same capacity serves the same requests (an LRU twin of the
+   engine). A phase starts trusted when this cache's hit tokens are at least
+   (1 - slack) of the twin's; trusted phases start at lambda = 1 and follow rule 2, the
+   others evict the oldest leaf. When room is needed in a trusted phase that has fallen
+   below (1 - slack) of the twin, the rest of the phase evicts the oldest leaf.
+5. Induced misses. When room is needed for a request whose first missing block heads a
+   recorded node, evicted at t, and some cached node has not been requested since t (a
+   split's lower part counts as requested by the request that split it), the miss was
+   induced by the prediction: the record ends, lambda /= b, and the rest of this
+   eviction round evicts the oldest leaf.
+"""
+from __future__ import annotations
+
+import math
+
+from lcr.kv.policies import LeafPolicy
+from lcr.kv.requests import BlockRequest
+from lcr.kv.shadow import lcr_tree_twin
+
+
+class ReferenceRadixLARU(LeafPolicy):
+    name = "laru-spec"
+    uses_predictions = True
+    wants_requests = True
+
+    def __init__(self, predictor, b: float = 2.0, slack: float = 0.01):
+        super().__init__()
+        self.predictor, self.b, self.slack = predictor, float(b), float(slack)
+        self.last: dict[int, int] = {}          # rule 1: key -> last access
+        self.requested: dict[int, int] = {}     # rule 5: key -> last request
+        self.split_by_this_request: list[int] = []
+        self.record: dict[int, int] = {}        # rule 2: prediction-evicted key -> time
+        self.tokens: dict[int, int] = {}        # rule 3: key -> tokens last reported
+        self.phase_nodes: set[int] = set()
+        self.phase_tokens = 0
+        self.started = False
+        self.twin = None                        # rule 4
+        self.hits = self.twin_hits = 0
+        self.reported_at = -1
+        self.trusted = False
+        self.lru_until_phase_ends = False
+        self.lru_until_round_ends = False
+        self.lam, self.l = 1.0, 1
+        self.stats.extra.update(phases=0, prediction_induced_misses=0)
+
+    # What the engine reports ----------------------------------------------------------
+    def on_request(self, paths, tokens, now):
+        if self.twin is None:
+            twin = getattr(self.view, "lru_twin", None)
+            self.twin = twin() if twin is not None else lcr_tree_twin(self.view.capacity_tokens)
+        self.twin_hits += self.twin.serve(BlockRequest(tuple(paths), tuple(tokens)), now)
+
+    def on_access(self, keys, now, depths=None):
+        if now != self.reported_at:  # a request's first report is its cached path
+            self.reported_at = now
+            if keys and depths:
+                self.hits += depths[-1]
+        for key in keys:
+            self.last[key] = now
+            self.requested[key] = now
+            self.record.pop(key, None)
+        for key in self.split_by_this_request:
+            if key in self.last:
+                self.requested[key] = now
+        self.split_by_this_request = []
+        if depths:
+            above = None
+            for key, depth in zip(keys, depths):
+                self.tokens[key] = depth - above if above is not None else self.tokens.get(key, depth)
+                above = depth
+                if key not in self.phase_nodes:
+                    self.phase_nodes.add(key)
+                    self.phase_tokens += self.tokens[key]
+
+    def on_split(self, key, lower_key):
+        self.last[lower_key] = self.last.get(key, -1)
+        self.requested[lower_key] = self.requested.get(key, -1)
+        self.split_by_this_request.append(lower_key)
+        if key in self.phase_nodes:
+            self.phase_nodes.add(lower_key)
+
+    def on_evicted(self, key):
+        for table in (self.last, self.requested, self.tokens):
+            table.pop(key, None)
+        self.stats.evictions += 1
+
+    # Decisions ------------------------------------------------------------------------
+    def ahead_of_lru(self) -> bool:
+        return self.hits >= (1.0 - self.slack) * self.twin_hits
+
+    def begin_eviction(self, missing, now):
+        if not self.started or self.phase_tokens >= self.view.capacity_tokens:  # rule 3
+            self.started = True
+            self.phase_nodes, self.phase_tokens = set(), 0
+            self.trusted = self.ahead_of_lru()                                  # rule 4
+            self.lru_until_phase_ends = not self.trusted
+            self.lam = 1.0
+            self.stats.extra["phases"] += 1
+        self.lru_until_round_ends = False
+        if self.trusted and not self.ahead_of_lru():
+            self.trusted, self.lru_until_phase_ends = False, True
+        evicted_at = self.record.get(missing)                                   # rule 5
+        if evicted_at is not None and any(t < evicted_at for t in self.requested.values()):
+            del self.record[missing]
+            self.lam /= self.b
+            self.lru_until_round_ends = True
+            self.stats.extra["prediction_induced_misses"] += 1
+        k = len(list(self.view.cached_keys()))                                  # rule 2
+        self.l = max(math.floor(self.lam * k), 1)
+
+    def pick_victim(self, leaves, now):
+        by_age = sorted(leaves, key=lambda key: (self.last.get(key, -1), key))
+        if self.lru_until_round_ends or self.lru_until_phase_ends:
+            return by_age[0]
+        window = by_age[:self.l]
+        if len(window) == 1:
+            return window[0]
+        predicted = self.predictor.predict(window, now)
+        self.stats.predictor_calls += 1
+        # the largest prediction, NaN as never; max keeps the first (older) leaf on ties
+        order = [math.inf if p != p else p for p in predicted]
+        victim = window[max(range(len(window)), key=order.__getitem__)]
+        if victim != window[0]:
+            self.record[victim] = now
+        return victim
