@@ -2,20 +2,16 @@
 
     python benchmarks/routing.py [--sections rates,workers,...] [--rates 12,20,24]
                                  [--out benchmarks/results/routing.json] [--plot docs/routing/routing.png]
-                                 [--lbgr-variant 'load=backlog;copy_cost=group' ...]
 
 The paper's setup: SGLang's generated shared prefix with bench_serving's lengths (128 groups
 x 32 prompts, 2,048-token system prompt + 128-token question, 256 output tokens, groups
 shuffled) on workers whose prefill is compute-bound (one prompt prefilled at a time, decode
 batched over 64 running requests: PREFILL_BOUND), each with 32,768 cache tokens (4 workers
 hold half of the 262,144 distinct system-prompt tokens). Routers: round_robin, cache_aware
-(sglang-router's rule with 0.3.2's defaults and with 0.1.9's), LBGR with the paper's greedy rule
-(queueing=none), lcr's default (queueing=little, queued prefill as load) and lcr's rule with the
-paper's decayed load, each x {lru, rlt}; 3 arrival seeds, mean and spread (max - min). The
+(sglang-router's rule with 0.3.2's defaults and with 0.1.9's), lbgr_paper (the paper's greedy
+rule) and lbgr (lcr's), each x {lru, rlt}; 3 arrival seeds, mean and spread (max - min). The
 rates section also prints two ceilings on the cluster hit rate
 (``lcr.route.workload.shared_prefix_hit_ceilings``).
-The 4-worker table adds LBGR and cache_aware whose index forgets past the worker's cache size
-(",capped") and ablations of LBGR's choices (first_sight=score, no_dup_cost, confidence=0).
 1. rates: 4 workers at 12, 20 and 24 req/s (light, near saturation, overloaded).
 2. workers: 2-10 workers at the paper's fixed 12 req/s (it only queues at 2 workers);
    workers_scaled: 2-10 workers at 6 req/s per worker, so every size is loaded.
@@ -42,24 +38,17 @@ from pathlib import Path
 
 import numpy as np
 
-from lcr.errors import LcrInputError
-from lcr.route.routers import ROUTERS as ROUTER_NAMES, make_router
+from lcr.route.routers import make_router
 from lcr.route.service import ServiceModel
 from lcr.route.sim import simulate
 from lcr.route.workload import (azure_arrivals, from_trace, poisson_arrivals, shared_prefix,
                                 shared_prefix_hit_ceilings, with_arrivals)
-from lcr.sim.sweep import PolicySpec
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 # cache_aware twice: sglang-router 0.3.2's defaults (installed) and 0.1.9's (the release
 # current when the paper ran its cache-aware baseline: it balances far more readily).
-# LBGR three ways: the paper's greedy rule (queueing=none, decayed load), lcr's default
-# (queueing=little, queued prefill, time-averaged in-flight count), and the default with the
-# paper's decayed load and momentary count (LBGR's own default until it took serve-router's).
-DECAYED = {"load": "decay", "in_flight": "now"}
 ROUTERS = [("round_robin", {}), ("cache_aware", {}), ("cache_aware", {"defaults": "0.1.9"}),
-           ("lbgr", {"queueing": "none"}), ("lbgr", {"queueing": "little"}),
-           ("lbgr", {"queueing": "little", **DECAYED})]
+           ("lbgr_paper", {}), ("lbgr", {})]
 SECTIONS = ("rates", "workers", "workers_scaled", "zipf", "earlier", "mooncake", "sharegpt")
 POLICIES = ("lru", "rlt")
 SEEDS = (0, 1, 2)
@@ -70,38 +59,8 @@ PREFILL_BOUND = ServiceModel(miss_s_per_token=1.5e-4, hit_s_per_token=1e-6, deco
 GSP = dict(prompt_tokens=2048 + 128, prefix_ratio=2048 / (2048 + 128), output_tokens=256)
 
 
-# LBGR whose load is all the work still queued at each worker (drains 1 s per second), decode
-# included, instead of its queued prefill.
-BACKLOG = ("lbgr", {"queueing": "little", "load": "backlog"})
-
-# Ablation: LBGR's index forgetting past the worker's 32,768 cache tokens (least recently
-# routed first), as `serve-router --cache-tokens` does.
-# And cache_aware with its tree bounded likewise (sglang-router's default is 2^26 characters).
-CAPPED = [("lbgr", {"queueing": "none", "max_index_tokens": 32_768}),
-          ("lbgr", {"queueing": "little", "max_index_tokens": 32_768}),
-          ("cache_aware", {"max_index_tokens": 32_768}),
-          # Ablations of lcr's LBGR: unseen prefixes placed by score (momentary load) instead
-          # of routed share; no second-copy cost; the residual as fitted (confidence 0).
-          ("lbgr", {"queueing": "little", "first_sight": "score"}),
-          ("lbgr", {"queueing": "little", "duplicate_cost": False}),
-          ("lbgr", {"queueing": "little", "confidence": 0.0}),
-          BACKLOG]
-
-
-# Short tags for the parameter values the tables show; any other parameter or value (from
-# --lbgr-variant) is shown as name=value, so a variant's row never takes a default row's label.
-SHORT_TAGS = {"queueing": lambda v: v, "defaults": lambda v: v, "max_index_tokens": lambda v: "capped",
-              "first_sight": lambda v: "first_sight=score" if v == "score" else None,
-              "duplicate_cost": lambda v: None if v else "no_dup_cost",
-              "confidence": lambda v: "confidence=0" if v == 0.0 else None,
-              "load": lambda v: "backlog" if v == "backlog" else None,
-              "copy_cost": lambda v: "copy_cost=group" if v == "group" else None}
-
-
 def label(name, params):
-    tags = [(SHORT_TAGS[key](value) if key in SHORT_TAGS else None) or f"{key}={value}"
-            for key, value in params.items()]
-    return f"{name}:{','.join(tags)}" if tags else name
+    return ":".join([name, *map(str, params.values())])
 
 
 def cell(requests_for_seed, workers, cache_tokens, service, routers=ROUTERS, policies=POLICIES, meta=None):
@@ -143,9 +102,6 @@ def main() -> int:
     parser.add_argument("--rates", default="12,20,24", help="arrival rates of the 4-worker section")
     parser.add_argument("--per-worker-rate", type=float, default=6.0,
                         help="req/s per worker of the workers_scaled section")
-    parser.add_argument("--lbgr-variant", action="append", default=[], metavar="PARAMS",
-                        help="also run LBGR (queueing=little) with these parameters in every section, "
-                             "e.g. 'load=backlog;copy_cost=group' (';' or ',' between them; repeatable)")
     parser.add_argument("--lpc-model", help="sharegpt section: also LPC with this model (lcr lpc-train)")
     args = parser.parse_args()
     sections = [x for x in args.sections.split(",") if x]
@@ -154,16 +110,7 @@ def main() -> int:
         parser.error(f"--sections: unknown {', '.join(sorted(unknown))}; valid: {', '.join(SECTIONS)}")
     if args.lpc_model and not Path(args.lpc_model).is_file():
         parser.error(f"--lpc-model: no such file: {args.lpc_model}")
-    variants = []
-    for text in args.lbgr_variant:
-        try:
-            spec = PolicySpec.parse("lbgr:" + text.replace(";", ","), registry=ROUTER_NAMES)
-            params = {"queueing": "little", **spec.kwargs}
-            make_router("lbgr", 2, service=PREFILL_BOUND, **params)
-        except (LcrInputError, TypeError) as err:
-            parser.error(f"--lbgr-variant {text!r}: {err}")
-        variants.append(("lbgr", params))
-    routers = ROUTERS + variants
+    routers = ROUTERS
     started = time.time()
     result = {"service": PREFILL_BOUND.__dict__, "gsp": GSP, "seeds": list(SEEDS), "sections": sections}
     gsp = {seed: shared_prefix(seed=seed, **GSP) for seed in SEEDS}
@@ -192,7 +139,7 @@ def main() -> int:
               ", ".join(f"{key} {value:.3f}" for key, value in result["gsp_4_workers_hit_ceilings"].items()))
         paper = []
         for rate in (float(x) for x in args.rates.split(",") if x):
-            rows = cell(poisson(gsp, rate), 4, 32_768, PREFILL_BOUND, routers + CAPPED)
+            rows = cell(poisson(gsp, rate), 4, 32_768, PREFILL_BOUND, routers)
             for r in rows:
                 r["rate"] = rate
             print_rows(f"GSP, 4 workers x 32,768 tokens, prefill-bound, Poisson {rate:g} req/s", rows)
@@ -210,7 +157,7 @@ def main() -> int:
 
     if "zipf" in sections:
         zipf = {seed: shared_prefix(seed=seed, zipf_alpha=1.0, **GSP) for seed in SEEDS}
-        rows = cell(poisson(zipf, 28.0), 4, 65_536, PREFILL_BOUND, routers + [BACKLOG])
+        rows = cell(poisson(zipf, 28.0), 4, 65_536, PREFILL_BOUND, routers)
         print_rows("GSP with zipf(1.0) groups, 4 workers x 65,536 tokens, prefill-bound, Poisson 28 req/s",
                    rows)
         result["gsp_zipf"] = rows
@@ -258,12 +205,12 @@ def main() -> int:
 
 
 def print_relative(rows, key):
-    """LBGR (queueing=little) + RLT's hit rate relative to cache_aware + LRU, for each
-    cache_aware default set: the paper's headline comparison."""
-    print(f"\nLBGR little + rlt hit rate relative to cache_aware + lru, by {key}")
+    """LBGR + RLT's hit rate relative to cache_aware + LRU, for each cache_aware default
+    set: the paper's headline comparison."""
+    print(f"\nLBGR + rlt hit rate relative to cache_aware + lru, by {key}")
     for value in dict.fromkeys(r[key] for r in rows):
         mine = {(r["router"], r["policy"]): r["hit_rate"] for r in rows if r[key] == value}
-        lbgr = mine[("lbgr:little", "rlt")]
+        lbgr = mine[("lbgr", "rlt")]
         parts = [f"vs {ca} {lbgr / mine[(ca, 'lru')] - 1:+.1%}" for ca in ("cache_aware", "cache_aware:0.1.9")]
         print(f"  {key} {value:g}: " + ", ".join(parts))
 

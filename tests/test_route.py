@@ -9,23 +9,19 @@ import sys
 import numpy as np
 import pytest
 
+from lcr.errors import LcrInputError
 from lcr.kv.policies import LRU
 from lcr.kv.requests import BlockRequest
 from lcr.kv.tree import RadixTree
 from lcr.route.prefix_index import ApproxPrefixIndex
 from lcr.route.rls import RecursiveLeastSquares
-from lcr.route.routers import ROUTERS, CacheAwareRouter, LBGRRouter, make_router
+from lcr.route.routers import ROUTERS, CacheAwareRouter, LBGRRouter, PaperLBGRRouter, make_router
 from lcr.route.service import ServiceModel
 from lcr.route.sim import simulate
 from lcr.route.workload import (RoutedRequest, azure_arrivals, poisson_arrivals, shared_prefix,
                                 with_arrivals)
 
 from conftest import data_file
-
-# The paper's decayed load with the momentary in-flight count: the rule several unit tests
-# below work their arithmetic out for (LBGR's default prices queued prefill instead).
-DECAYED = {"load": "decay", "in_flight": "now"}
-
 
 def req(rid, paths, tokens=100, out=10, t=0.0):
     return RoutedRequest(rid, t, BlockRequest(tuple(paths), (tokens,) * len(paths)), out)
@@ -131,14 +127,18 @@ def test_rls_counts_a_prediction_only_beyond_its_standard_errors():
     assert noisy.predict(one) != 0 and noisy.predict(one, confidence=2.0) == 0.0
     assert steady.predict(one, confidence=2.0) == pytest.approx(0.3, abs=0.05)
     assert 0 < steady.predict(one, confidence=2.0) < steady.predict(one)
-    # LBGR reads its residual through it: at its default confidence the noisy fit adds nothing.
-    residuals = {}
-    for confidence in (0.0, 2.0):
-        router = LBGRRouter(1, features="intercept", learn=False, confidence=confidence)
-        router.models[0] = noisy
-        residuals[confidence] = router.estimates(req(0, [1]), 0.0)[0].residual
-    assert residuals[0.0] == noisy.predict(np.array([1.0])) != 0 and residuals[2.0] == 0.0
-    assert LBGRRouter(1).confidence == 2.0
+    # LBGR reads its residual through it, at two standard errors: a noisy fit adds less
+    # than it would as fitted.
+    router = LBGRRouter(1, learn=False)
+    probe = req(0, [1], tokens=1000)
+    phi = router.estimates(probe, 0.0)[0].phi
+    fit = RecursiveLeastSquares(3)
+    for _ in range(5):
+        fit.update(phi, 0.5 + rng.normal(0, 0.5))
+    router.models[0] = fit
+    residual = router.estimates(probe, 0.0)[0].residual
+    assert LBGRRouter.CONFIDENCE == 2.0
+    assert residual == fit.predict(phi, confidence=2.0) and abs(residual) < abs(fit.predict(phi))
 
 
 def test_rls_tracks_a_change_through_forgetting():
@@ -150,23 +150,34 @@ def test_rls_tracks_a_change_through_forgetting():
     assert model.theta[0] == pytest.approx(3.0, abs=0.05)
 
 
-@pytest.mark.parametrize("features", ["intercept", "paper"])
-def test_lbgr_learns_a_planted_per_worker_slowdown_and_routes_around_it(features):
+def hold(router, counts):
+    """Set LBGR's in-flight counts (and their time average: no latency known yet) as if
+    ``counts`` requests it routed were in flight at each worker."""
+    router._count = list(counts)
+    router._count_mean = [float(c) for c in counts]
+
+
+def with_constants(cls, **constants):
+    """``cls`` with some of its class constants changed (the rules' tunables are constants,
+    not options)."""
+    return type(cls.__name__, (cls,), constants)
+
+
+def test_lbgr_learns_a_planted_per_worker_slowdown_and_routes_around_it():
     """Worker 1 runs 3x slower than the service model LBGR was given: its residual model must
     learn a larger correction than worker 0's, route it less work, and cut the latency tail."""
     base = ServiceModel(miss_s_per_token=2e-4, hit_s_per_token=1e-5, decode_s_per_token=0.01, slots=4)
     slow = ServiceModel(6e-4, 3e-5, 0.03, 4)
     pairs = shared_prefix(groups=64, prompts=8, prompt_tokens=512, output_tokens=32, seed=3)
     requests = with_arrivals(pairs, poisson_arrivals(len(pairs), 8.0, seed=3))
-    # queueing=none: the outstanding-count term would route around the slow worker on its
-    # own; this test isolates what the residual model learns.
-    blind = simulate(requests, LBGRRouter(2, service=base, features=features, learn=False,
-                                          queueing="none"),
+    # The paper's rule: lbgr's queueing term would route around the slow worker on its own;
+    # this test isolates what the residual model learns.
+    blind = simulate(requests, PaperLBGRRouter(2, service=base, learn=False),
                      cache_tokens=8192, service=[base, slow])
-    # confidence=0 uses the fit as it stands; the default 2 counts it only beyond two
+    # CONFIDENCE 0 uses the fit as it stands; the default 2 counts it only beyond two
     # standard errors, and the slow worker, avoided, has few samples: it keeps less.
     for confidence, share in ((0.0, 0.5), (2.0, 0.75)):
-        learned = LBGRRouter(2, service=base, features=features, queueing="none", confidence=confidence)
+        learned = with_constants(PaperLBGRRouter, CONFIDENCE=confidence)(2, service=base)
         out = simulate(requests, learned, cache_tokens=8192, service=[base, slow])
         probe = learned.phi(0, 512, 0.0)
         assert learned.models[1].predict(probe) > learned.models[0].predict(probe) + 0.05
@@ -180,9 +191,37 @@ def test_lbgr_prefers_the_worker_holding_the_prefix_when_loads_are_equal():
     assert router.route(req(0, [1, 2, 3, 4], tokens=500), 0.0, [0, 0, 0]) == 1
 
 
-def test_lbgr_load_grows_by_the_routed_cost_decays_and_is_released_on_completion():
+def test_make_router_takes_only_the_options_a_user_sets():
+    """Each router takes the options its OPTIONS name; anything else (LBGR's removed
+    experiments included) is refused in one line naming it, and so is a value of the
+    wrong kind."""
+    assert make_router("lbgr", 2).decisions is None and make_router("lbgr", 2, record=1).decisions is not None
+    assert type(make_router("lbgr_paper", 2)) is PaperLBGRRouter
+    removed = ("queueing", "load", "in_flight", "copy_cost", "first_sight", "duplicate_cost", "confidence",
+               "hot_share", "features", "max_index_tokens", "hysteresis", "forgetting", "decay",
+               "decay_interval", "learn", "cache_tokens")
+    for name in ("lbgr", "lbgr_paper"):
+        for option in removed:
+            with pytest.raises(LcrInputError, match=rf"^router {name}: unknown option\(s\) {option}; valid: record$"):
+                make_router(name, 2, **{option: 1})
+        with pytest.raises(LcrInputError, match="record must be 0 or 1"):
+            make_router(name, 2, record="yes")
+    for name in ("random", "round_robin"):
+        with pytest.raises(LcrInputError, match=rf"^router {name}: unknown option\(s\) threshold; valid: none$"):
+            make_router(name, 2, threshold=1)
+    with pytest.raises(LcrInputError, match="unknown option.*bogus"):
+        make_router("cache_aware", 2, bogus=1)
+    with pytest.raises(LcrInputError, match="^router cache_aware: "):
+        make_router("cache_aware", 2, cache_threshold="high")
+
+
+def test_lbgr_paper_load_grows_by_the_routed_cost_decays_and_is_released_on_completion():
+    """lbgr_paper's P: each routed request's occupancy, decaying by DECAY every
+    DECAY_INTERVAL (the authors' 31/32 per 20 ms; 0.5 per second here), what is left of a
+    finished request's share released."""
     service = ServiceModel(miss_s_per_token=1e-3, hit_s_per_token=0.0, decode_s_per_token=0.0, slots=1)
-    router = LBGRRouter(2, service=service, learn=False, **DECAYED, decay=0.5, decay_interval=1.0)
+    assert PaperLBGRRouter.DECAY == 31 / 32 and PaperLBGRRouter.DECAY_INTERVAL == 0.02
+    router = with_constants(PaperLBGRRouter, DECAY=0.5, DECAY_INTERVAL=1.0)(2, service=service, learn=False)
     r = req(0, [1], tokens=1000)
     first = router.route(r, 0.0, [0, 0])
     assert router.load[first] == pytest.approx(1.0)           # 1000 tokens x 1 ms / 1 slot
@@ -194,100 +233,71 @@ def test_lbgr_load_grows_by_the_routed_cost_decays_and_is_released_on_completion
     assert router.load[first] == pytest.approx(0.0)            # its residual share released
 
 
-def test_lbgr_backlog_load_drains_a_second_per_second_and_outlives_completions():
-    """load=backlog: P is the work still queued (occupancy drains at 1 s/s), so two requests
-    routed at once leave 2 s that take 2 s to drain, and a completion takes nothing back
-    early; the decayed load would have halved each interval and released on completion."""
-    service = ServiceModel(miss_s_per_token=1e-3, hit_s_per_token=0.0, decode_s_per_token=0.0, slots=1)
-    router = LBGRRouter(1, service=service, learn=False, load="backlog")
-    first, second = req(0, [1], tokens=1000), req(1, [2], tokens=1000)
-    router.route(first, 0.0, [0])
-    router.route(second, 0.0, [1])
-    assert router.load[0] == pytest.approx(2.0)
-    router.on_complete(0, first, 0.5, 0.5)
-    assert router.load[0] == pytest.approx(1.5)                # drained 0.5 s, nothing released
-    router._decay_to(1.75)
-    assert router.load[0] == pytest.approx(0.25)
-    router._decay_to(3.0)
-    assert router.load[0] == 0.0                               # never below empty
-    with pytest.raises(ValueError):
-        LBGRRouter(1, load="bogus")
-
-
-def test_lbgr_prefill_load_is_queued_prefill_plus_a_slot_wait_only_when_every_slot_is_busy():
-    """load=prefill: P is the prefill still queued at the worker (each routed request's
-    prefill over the prefill lanes, draining 1 s/s; backlog also adds its decode share),
-    plus, in the score, the wait for a decode slot once all are taken (one slot frees
-    every mean decode / slots)."""
+def test_lbgr_load_is_queued_prefill_plus_a_slot_wait_only_when_every_slot_is_busy():
+    """lbgr's P: the prefill still queued at the worker (each routed request's prefill over
+    the prefill lanes, draining 1 s/s, never below empty; a completion takes nothing back
+    early), plus, in the score, the wait for a decode slot once all are taken (one slot
+    frees every mean decode / slots)."""
     service = ServiceModel(miss_s_per_token=1e-3, hit_s_per_token=0.0, decode_s_per_token=0.01,
                            slots=4, prefill_slots=1)
-    loads = {}
-    for rule in ("prefill", "backlog"):
-        router = LBGRRouter(1, service=service, learn=False, load=rule)
-        router._mean_output = 40.0                        # 0.4 s of decode, 0.1 s per slot
-        router.route(req(0, [1], tokens=1000), 0.0, [0])
-        loads[rule] = router.load[0]
-    assert loads == {"prefill": pytest.approx(1.0), "backlog": pytest.approx(1.1)}
-    router = LBGRRouter(1, service=service, learn=False, load="prefill")
-    router._mean_output = 40.0
-    router.route(req(0, [1], tokens=1000), 0.0, [0])
+    router = LBGRRouter(1, service=service, learn=False)
+    router._mean_output = 40.0                            # 0.4 s of decode, 0.1 s per slot
+    first = req(0, [1], tokens=1000)
+    router.route(first, 0.0, [0])
+    assert router.load[0] == pytest.approx(1.0)           # the prefill; the decode is not queued
     probe = req(1, [2], tokens=1000)
     waits = [router.estimates(probe, 0.25, [n])[0].load for n in (0, 3, 4, 6)]
     assert waits == pytest.approx([0.75, 0.75, 0.85, 1.05])   # drained 0.25 s; 1, 3 slots short
     assert router.slot_wait(3) == 0.0 and router.slot_wait(4) == pytest.approx(0.1)
+    router.on_complete(0, first, 0.5, 0.5)
+    assert router.load[0] == pytest.approx(0.5)           # drained 0.5 s, nothing released
+    router._decay_to(3.0)
+    assert router.load[0] == 0.0
 
 
-def test_lbgr_prefill_load_counts_a_requests_decode_against_later_ones_only_once_the_slots_are_full():
-    """load=prefill's queueing term: a request delays each later one at its worker by its
-    prefill, and by its decode share only when it takes the last free slot (a continuous
-    batcher starts the later request beside it otherwise); the other load rules count the
-    whole occupancy."""
+def test_lbgr_counts_a_requests_decode_against_later_ones_only_once_the_slots_are_full():
+    """lbgr's queueing term: a request delays each later one at its worker by its prefill,
+    and by its decode share only when it takes the last free slot (a continuous batcher
+    starts the later request beside it otherwise)."""
     service = ServiceModel(miss_s_per_token=1e-3, hit_s_per_token=0.0, decode_s_per_token=0.01,
                            slots=4, prefill_slots=1)
-    router = LBGRRouter(1, service=service, learn=False, load="prefill", in_flight="now")
+    router = LBGRRouter(1, service=service, learn=False)
     router._mean_output = 40.0                            # 0.4 s of decode, 0.1 s per slot
     assert [router.queued_occupancy(0, 1000, n) for n in (0, 2, 3, 5)] == pytest.approx([1.0, 1.0, 1.1, 1.1])
     probe = req(0, [1], tokens=1000)
-    assert [router.estimates(probe, 0.0, [n])[0].queueing for n in (2, 3)] == pytest.approx([2.0, 3.3])
-    backlog = LBGRRouter(1, service=service, learn=False, load="backlog")
-    backlog._mean_output = 40.0
-    assert backlog.queued_occupancy(0, 1000, 0) == pytest.approx(1.1)
+    queueing = []
+    for n in (2, 3):
+        hold(router, [n])
+        queueing.append(router.estimates(probe, 0.0, [n])[0].queueing)
+    assert queueing == pytest.approx([2.0, 3.3])
 
 
-def test_lbgr_prefill_load_keeps_groups_home_in_a_closed_loop_of_few_clients():
+def test_lbgr_keeps_groups_home_in_a_closed_loop_of_few_clients():
     """The simulator's 4-client closed loop (docs/routing.md): in-flight requests that have
-    finished their prefill and decode in free slots delay no one, but the decayed load
-    counts them until they complete and moves requests off their prefix's worker.
-    load=prefill (the default) keeps cache_aware's hit rate there; the paper's decayed load
-    loses to it."""
+    finished their prefill and decode in free slots delay no one, but the paper's decayed
+    load counts them until they complete and moves requests off their prefix's worker.
+    lbgr keeps cache_aware's hit rate there; lbgr_paper loses to it."""
     service = ServiceModel(miss_s_per_token=5e-5, hit_s_per_token=0.0, decode_s_per_token=0.004,
                            slots=6, prefill_slots=1)
-    routers = {"cache_aware": ("cache_aware", {}), "lbgr": ("lbgr", {}),
-               "lbgr:load=decay": ("lbgr", {"load": "decay", "in_flight": "now"}),
-               "lbgr:load=prefill": ("lbgr", {"load": "prefill", "in_flight": "now"}),
-               "lbgr:in_flight=mean": ("lbgr", {"load": "decay", "in_flight": "mean"})}
-    hits = {label: [] for label in routers}
+    hits = {name: [] for name in ("cache_aware", "lbgr", "lbgr_paper")}
     for seed in range(6):
         pairs = shared_prefix(groups=8, prompts=6, prompt_tokens=512, prefix_ratio=0.75, output_tokens=4,
                               block_tokens=64, seed=seed)
         requests = with_arrivals(pairs, np.zeros(len(pairs)))
-        for label, (name, params) in routers.items():
-            out = simulate(requests, make_router(name, 2, seed, service=service, **params), cache_tokens=1536,
+        for name in hits:
+            out = simulate(requests, make_router(name, 2, seed, service=service), cache_tokens=1536,
                            service=service, seed=seed, clients=4)
-            hits[label].append(out.hit_rate)
+            hits[name].append(out.hit_rate)
     mean = {name: float(np.mean(h)) for name, h in hits.items()}
     assert mean["lbgr"] >= mean["cache_aware"] - 0.005, mean
-    assert mean["lbgr:load=prefill"] >= mean["cache_aware"] - 0.005, mean
-    assert mean["lbgr:in_flight=mean"] >= mean["cache_aware"] - 0.005, mean
-    assert mean["lbgr:load=decay"] < mean["cache_aware"] - 0.03, mean
+    assert mean["lbgr_paper"] < mean["cache_aware"] - 0.03, mean
 
 
-def test_lbgr_in_flight_mean_is_the_time_average_of_the_routers_own_count():
-    """in_flight=mean: the queueing term's count is the in-flight count averaged
-    exponentially over the mean latency, from the requests the router routed and saw
-    finish (the caller's momentary count is ignored); before any latency is known, the
-    count itself."""
-    router = LBGRRouter(1, learn=False, in_flight="mean")
+def test_lbgr_in_flight_count_is_the_time_average_of_the_routers_own_count():
+    """The queueing term's count is the in-flight count averaged exponentially over the mean
+    latency, from the requests the router routed and saw finish (the caller's momentary
+    count is ignored); before any latency is known, the count itself."""
+    router = LBGRRouter(1, learn=False)
     first, second = req(0, [1], tokens=100), req(1, [2], tokens=100)
     router.route(first, 0.0, [0])
     router.route(second, 0.5, [1])
@@ -296,9 +306,6 @@ def test_lbgr_in_flight_mean_is_the_time_average_of_the_routers_own_count():
     assert router.expected_in_flight(1.0, [7]) == [pytest.approx(2.0)]
     # One request in flight since t = 1: 2 + (1 - 2) (1 - e^-1) at t = 2.
     assert router.expected_in_flight(2.0, [7]) == [pytest.approx(2 - (1 - math.exp(-1)))]
-    assert LBGRRouter(1, learn=False, in_flight="now").expected_in_flight(2.0, [7]) == [7]
-    with pytest.raises(ValueError):
-        LBGRRouter(1, in_flight="bogus")
 
 
 def test_lbgr_spreads_a_requests_cost_over_the_workers_slots():
@@ -318,45 +325,42 @@ def test_lbgr_load_takes_a_serialised_prefill_whole():
     assert router.load[0] == pytest.approx(1.0)   # no completions yet: mean output 0
 
 
-def test_lbgr_little_keeps_a_prefix_where_the_paper_rule_moves_it():
-    """Worker 0 holds the prefix but carries more recent load than a hit saves; both workers
+def test_lbgr_keeps_a_prefix_where_the_paper_rule_moves_it():
+    """Worker 0 holds the prefix but carries more queued work than a hit saves; both workers
     have requests in flight. The paper's rule (own latency) moves the request to worker 1
-    and pays a full prefill there; queueing=little counts that prefill against the requests
-    queued behind it and keeps the request where its prefix is."""
+    and pays a full prefill there; lbgr counts that prefill against the requests queued
+    behind it, and the prefix's second copy, and keeps the request where its prefix is."""
     service = ServiceModel(miss_s_per_token=1e-3, hit_s_per_token=0.0, decode_s_per_token=0.0,
                            slots=4, prefill_slots=1)
     request = req(0, [1, 2, 3, 4], tokens=100)          # 400 tokens, 300 of them at worker 0
-    picks = {}
-    for queueing in ("none", "little"):
-        router = LBGRRouter(2, service=service, learn=False, **DECAYED, queueing=queueing)
+
+    def pick(cls, in_flight):
+        router = cls(2, service=service, learn=False)
         router.indexes[0].insert(BlockRequest((1, 2, 3), (100,) * 3))
         router.load = [0.5, 0.0]     # hit saves 0.3 s, worker 0 is 0.5 s more loaded
-        picks[queueing] = router.route(request, 0.0, [3, 3])
-    assert picks == {"none": 1, "little": 0}
+        hold(router, in_flight)
+        return router.route(request, 0.0, in_flight)
+
+    assert (pick(PaperLBGRRouter, [3, 3]), pick(LBGRRouter, [3, 3])) == (1, 0)
     # Nothing in flight anywhere: own latency (0.1 + 0.5 s at home, 0.4 s at worker 1) plus,
-    # at worker 1, the 0.3 s a second copy of the prefix costs later: it stays. Without the
-    # copy's cost the rule is the paper's here (own latency only) and moves it.
-    for duplicate_cost, expected in ((True, 0), (False, 1)):
-        router = LBGRRouter(2, service=service, learn=False, **DECAYED, queueing="little",
-                            duplicate_cost=duplicate_cost)
-        router.indexes[0].insert(BlockRequest((1, 2, 3), (100,) * 3))
-        router.load = [0.5, 0.0]
-        assert router.route(request, 0.0, [0, 0]) == expected
+    # at worker 1, the 0.3 s a second copy of the prefix costs later: it stays, where the
+    # paper's rule (own latency only) moves it.
+    assert (pick(PaperLBGRRouter, [0, 0]), pick(LBGRRouter, [0, 0])) == (1, 0)
+
     # The prefix's worker is busy and the other idle: a miss there delays no one, but its
     # second copy of the 300 prefix tokens costs a later request 0.3 s of prefill. At home
     # 0.1 s own + 0.1 s x 5 behind = 0.6 s, at worker 1 0.4 s own + 0.3 s copy = 0.7 s: the
-    # request stays; with 8 behind (0.9 s) it moves; without the copy's cost it moves at 5.
-    def pick(behind, **params):
-        router = LBGRRouter(2, service=service, learn=False, **DECAYED, queueing="little", **params)
+    # request stays; with 8 behind (0.9 s) it moves.
+    def behind(count):
+        router = LBGRRouter(2, service=service, learn=False)
         router.indexes[0].insert(BlockRequest((1, 2, 3), (100,) * 3))
-        return router.route(request, 0.0, [behind, 0])
+        hold(router, [count, 0])
+        return router.route(request, 0.0, [count, 0])
 
-    assert (pick(5), pick(8), pick(5, duplicate_cost=False)) == (0, 1, 1)
+    assert (behind(5), behind(8)) == (0, 1)
     # The copy's later miss queues behind those at its worker too: 2 there make it 0.3 x 3.
-    router = LBGRRouter(2, service=service, learn=False, **DECAYED, queueing="little")
+    router = LBGRRouter(2, service=service, learn=False)
     assert router.duplication(300, 2) == pytest.approx(0.9) and router.duplication(0, 2) == 0
-    with pytest.raises(ValueError):
-        LBGRRouter(1, queueing="bogus")
 
 
 def test_recorded_lbgr_decisions_name_the_term_that_moved_a_request():
@@ -364,13 +368,18 @@ def test_recorded_lbgr_decisions_name_the_term_that_moved_a_request():
 
     service = ServiceModel(miss_s_per_token=1e-3, hit_s_per_token=0.0, decode_s_per_token=0.0,
                            slots=4, prefill_slots=1)
-    router = LBGRRouter(2, service=service, learn=False, **DECAYED, record=True)
+    router = LBGRRouter(2, service=service, learn=False, record=True)
     router.indexes[0].insert(BlockRequest((1, 2, 3), (100,) * 3))
-    assert router.route(req(0, [9]), 0.0, [0, 0]) == 1              # nobody holds it
-    assert router.route(req(1, [1, 2, 3, 4]), 0.0, [1, 0]) == 0      # stays home
-    assert router.route(req(2, [1, 2, 3, 5]), 0.0, [8, 0]) == 1      # 8 queued behind: moves
+
+    def route(rid, paths, outstanding):
+        hold(router, outstanding)
+        return router.route(req(rid, paths), 0.0, outstanding)
+
+    assert route(0, [9], [0, 0]) == 1                    # nobody holds it: the emptier index
+    assert route(1, [1, 2, 3, 4], [1, 0]) == 0           # stays home
+    assert route(2, [1, 2, 3, 5], [8, 0]) == 1           # 8 queued behind: moves
     router.load[1] = 5.0
-    assert router.route(req(3, [1, 2, 3, 6]), 0.0, [8, 0]) == 0      # unless worker 1 is loaded
+    assert route(3, [1, 2, 3, 6], [8, 0]) == 0           # unless worker 1 is loaded
     summary = moves_off_home(router.decisions)
     assert summary["decisions"] == 4 and summary["no_match"] == 1
     assert summary["home"] == 2 and summary["moved"] == 1
@@ -378,61 +387,32 @@ def test_recorded_lbgr_decisions_name_the_term_that_moved_a_request():
     assert summary["placed"] == [0, 1]                                # the unseen prefix's home
     assert [d[3] for d in router.decisions] == [1, 0, 1, 0]
     # Bounded: only the latest RECORD_LIMIT decisions are kept.
-    bounded = type("Bounded", (LBGRRouter,), {"RECORD_LIMIT": 2})(2, service=service, learn=False, record=True)
+    bounded = with_constants(LBGRRouter, RECORD_LIMIT=2)(2, service=service, learn=False, record=True)
     for rid in range(5):
         bounded.route(req(rid, [rid + 20]), 0.0, [0, 0])
     assert [d[0] for d in bounded.decisions] == [3, 4]
 
 
-def test_lbgr_group_copy_cost_counts_the_requests_that_shared_the_prefix():
-    """copy_cost=group: a second copy of a prefix that 3 requests went through costs 3
-    re-prefills; once (the default) one; a prefix nobody holds costs nothing either way;
-    the count stops at GROUP_LIMIT."""
-    service = ServiceModel(miss_s_per_token=1e-3, hit_s_per_token=0.0, decode_s_per_token=0.0,
-                           slots=4, prefill_slots=1)
-    for copy_cost, expected in (("once", 1), ("group", 3)):
-        router = LBGRRouter(2, service=service, learn=False, **DECAYED, copy_cost=copy_cost)
-        assert [router.route(req(rid, [1, 2, 3, 10 + rid]), 0.0, [0, 0]) for rid in range(3)] == [0, 0, 0]
-        router.load = [0.0, 0.0]                                    # so that the next one stays home
-        assert router.route(req(9, [1, 2, 50]), 0.0, [0, 0]) == 0   # 4 through block 2, 3 through 3
-        scores = router.estimates(req(3, [1, 2, 3, 20]), 0.0, [2, 1])   # worker 0 holds 300 tokens
-        assert scores[1].queueing == pytest.approx(service.occupancy(0, 400, 0.0) * 1
-                                                   + expected * router.duplication(300, 1))
-        assert scores[0].queueing == pytest.approx(service.occupancy(300, 100, 0.0) * 2)
-        assert router.estimates(req(4, [7, 8]), 0.0, [0, 0])[1].queueing == 0.0
-    capped = LBGRRouter(2, service=service, learn=False, **DECAYED, copy_cost="group")
-    for rid in range(LBGRRouter.GROUP_LIMIT + 5):
-        capped.route(req(rid, [1, 2, 30 + rid]), 0.0, [0, 0])
-    probe = BlockRequest((1, 2, 99), (100, 100, 100))
-    assert capped.group_size(capped.held_path(probe, 200)) == LBGRRouter.GROUP_LIMIT
-    assert capped.group_size(capped.held_path(probe, 0)) == 1
-    with pytest.raises(ValueError):
-        LBGRRouter(2, copy_cost="always")
-
-
 def test_lbgr_places_an_unseen_prefix_by_routed_share_not_momentary_load():
-    """No worker holds the prefix: first_sight=index sends it to the worker with the fewest
-    routed tokens even though that worker is busier this second; first_sight=score goes by
-    the score (the less loaded worker)."""
+    """No worker holds the prefix: lbgr sends it to the worker with the fewest routed tokens
+    even though that worker is busier this second; lbgr_paper goes by the score (the less
+    loaded worker)."""
     service = ServiceModel(miss_s_per_token=1e-3, hit_s_per_token=0.0, decode_s_per_token=0.0,
                            slots=4, prefill_slots=1)
     picks = {}
-    for first_sight in ("index", "score"):
-        router = LBGRRouter(2, service=service, learn=False, first_sight=first_sight)
+    for cls in (LBGRRouter, PaperLBGRRouter):
+        router = cls(2, service=service, learn=False)
         router.indexes[0].insert(BlockRequest((7, 8, 9), (100,) * 3))   # 300 routed tokens
         router.indexes[1].insert(BlockRequest((5,), (100,)))            # 100
         router.load = [0.0, 0.5]
-        picks[first_sight] = router.route(req(0, [1, 2]), 0.0, [1, 2])
-    assert picks == {"index": 1, "score": 0}
-    with pytest.raises(ValueError):
-        LBGRRouter(1, first_sight="bogus")
+        picks[cls.name] = router.route(req(0, [1, 2]), 0.0, [1, 2])
+    assert picks == {"lbgr": 1, "lbgr_paper": 0}
 
 
-def test_lbgrs_one_default_routes_around_a_slow_worker():
-    """LBGR's default (serve-router's and sim-route's: one default), told nothing of it,
-    sends a 3x slower worker less work and keeps the TTFT tail far below cache_aware's,
-    which splits the groups evenly. Its load, queueing and residual terms each do it alone
-    (checked by zeroing the others); with all three at zero it fails."""
+def test_lbgrs_default_routes_around_a_slow_worker():
+    """LBGR (serve-router's and sim-route's), told nothing of it, sends a 3x slower worker
+    less work and keeps the TTFT tail far below cache_aware's, which splits the groups
+    evenly."""
     import argparse
 
     from lcr.route.cli import register
@@ -446,53 +426,36 @@ def test_lbgrs_one_default_routes_around_a_slow_worker():
     slow = ServiceModel(6e-4, 3e-5, 0.03, 4)
     pairs = shared_prefix(groups=64, prompts=8, prompt_tokens=512, output_tokens=32, seed=3)
     requests = with_arrivals(pairs, poisson_arrivals(len(pairs), 8.0, seed=3))
-    router = make_router("lbgr", 2, service=base)
-    assert (router.load_rule, router.in_flight) == ("prefill", "mean")
-    default = simulate(requests, router, cache_tokens=8192, service=[base, slow])
+    default = simulate(requests, make_router("lbgr", 2, service=base), cache_tokens=8192, service=[base, slow])
     ca = simulate(requests, make_router("cache_aware", 2), cache_tokens=8192, service=[base, slow])
     assert ca.per_worker_requests == [256, 256]
     assert default.per_worker_requests[1] < 0.7 * 256
     assert default.ttft_p95 < 0.1 * ca.ttft_p95
 
 
-def test_lbgr_little_keeps_groups_together_when_prefill_is_the_bottleneck():
+def test_lbgr_keeps_groups_together_when_prefill_is_the_bottleneck():
     """Prefill-bound cluster near saturation (the paper's regime): the paper's greedy rule
     scatters groups as load noise outweighs a hit, misses eat capacity and queues run away;
-    queueing=little holds cache_aware's hit rate and keeps TTFT low."""
+    lbgr holds cache_aware's hit rate and keeps TTFT low."""
     service = ServiceModel(miss_s_per_token=1.5e-4, hit_s_per_token=1e-6, decode_s_per_token=0.025,
                            slots=64, prefill_slots=1)
     pairs = shared_prefix(groups=32, prompts=24, prompt_tokens=2176, prefix_ratio=2048 / 2176,
                           output_tokens=256, seed=0)
     requests = with_arrivals(pairs, poisson_arrivals(len(pairs), 10.0, seed=0))
-    runs = {name: simulate(requests, router, cache_tokens=16384, service=service)
-            for name, router in (("ca", make_router("cache_aware", 2)),
-                                 ("paper", LBGRRouter(2, service=service, queueing="none")),
-                                 ("little", LBGRRouter(2, service=service)))}
-    assert runs["little"].hit_rate > runs["ca"].hit_rate - 0.03
-    assert runs["little"].hit_rate > runs["paper"].hit_rate + 0.1
-    assert runs["little"].ttft_p50 < 0.5 * runs["paper"].ttft_p50
+    runs = {name: simulate(requests, make_router(name, 2, service=service), cache_tokens=16384, service=service)
+            for name in ("cache_aware", "lbgr_paper", "lbgr")}
+    assert runs["lbgr"].hit_rate > runs["cache_aware"].hit_rate - 0.03
+    assert runs["lbgr"].hit_rate > runs["lbgr_paper"].hit_rate + 0.1
+    assert runs["lbgr"].ttft_p50 < 0.5 * runs["lbgr_paper"].ttft_p50
 
 
-def test_lbgr_index_forgets_past_the_workers_cache_and_cache_aware_does_not():
-    assert make_router("lbgr", 2, cache_tokens=300, max_index_tokens=None).indexes[0].max_tokens is None
-    # Without a cache size, both keep sglang-router's bound (2^26 characters, ~2^24 tokens),
-    # so a long-running serve-router does not grow with every prompt it sees.
-    for name in ("lbgr", "cache_aware"):
+def test_router_indexes_keep_sglang_routers_bound():
+    """LBGR's and cache_aware's indexes keep sglang-router's bound (2^26 characters, ~2^24
+    tokens), and LBGR's demand its own, so a long-running serve-router does not grow with
+    every prompt it sees."""
+    for name in ("lbgr", "lbgr_paper", "cache_aware"):
         assert {index.max_tokens for index in make_router(name, 2).indexes} == {1 << 24}, name
     assert make_router("lbgr", 2).demand.limit == LBGRRouter.PATHS_LIMIT == 1 << 18
-    for name, kept in (("lbgr", 600), ("cache_aware", 900)):
-        router = make_router(name, 2, cache_tokens=300)
-        for i in range(3):                                   # three 300-token chains, two workers
-            router.route(req(i, [10 * i + 1, 10 * i + 2, 10 * i + 3]), 0.0, [0, 0])
-        assert sum(index.tokens for index in router.indexes) == kept, name
-
-
-def test_lbgr_feature_sets():
-    router = LBGRRouter(1, features="paper+intercept")
-    assert router.phi(100, 200, 0.5).shape == (4,)
-    assert LBGRRouter(1, features="intercept").phi(1, 2, 3).tolist() == [1.0]
-    with pytest.raises(ValueError):
-        LBGRRouter(1, features="bogus")
 
 
 @pytest.mark.parametrize("name", sorted(ROUTERS))
@@ -633,33 +596,33 @@ def test_shared_prefix_zipf_groups_follow_their_rank():
         shared_prefix(zipf_alpha=-1)
 
 
-def test_prefix_demand_counts_requests_and_reads_a_steady_rate():
+def test_prefix_demand_reads_a_steady_rate_and_forgets_past_its_limit():
     from lcr.route.prefix_demand import PrefixDemand
 
     demand = PrefixDemand(horizon=2.0, limit=3)
     for i in range(400):                           # 5 requests/s through blocks 1 and 2
         demand.record([1, 2], i / 5)
-    assert demand.count(1) == 400 and demand.count(7) == 0 and demand.count(None) == 0
+    assert demand.rate(7, 79.8) == 0.0 and demand.rate(None, 79.8) == 0.0
     # Each request adds 1/horizon, decaying by e per horizon: a steady 5/s reads 5 (to the
     # discretisation of 0.2 s steps), and 2 s later e times less.
     assert demand.rate(1, 79.8) == pytest.approx(5.0, rel=0.06)
     assert demand.rate(1, 81.8) == pytest.approx(demand.rate(1, 79.8) / math.e)
     demand.record([3, 4], 80.0)                    # past the limit: the least recently routed goes
-    assert demand.count(1) == 0 and demand.count(2) == 400 and demand.rate(1, 80.0) == 0.0
+    assert demand.rate(1, 80.0) == 0.0 and demand.rate(2, 80.0) == pytest.approx(5.0 * math.exp(-0.1), rel=0.06)
     with pytest.raises(ValueError):
         PrefixDemand(horizon=0)
 
 
 def test_lbgr_a_hot_prefixs_second_copy_costs_nothing():
-    """A held prefix whose requests arrive at hot_share or more of a worker's capacity
+    """A held prefix whose requests arrive at HOT_SHARE or more of a worker's capacity
     (slots over the mean decode time) is hot: copying it to another worker is not charged
-    the second-copy cost (its own later requests fill the copy). A cold one is; hot_share=0
+    the second-copy cost (its own later requests fill the copy). A cold one is; HOT_SHARE 0
     charges it always."""
     service = ServiceModel(miss_s_per_token=1e-3, hit_s_per_token=0.0, decode_s_per_token=0.01,
                            slots=4, prefill_slots=1)
 
-    def copy_cost(rate, **params):
-        router = LBGRRouter(2, service=service, learn=False, **params)
+    def copy_cost(rate, **constants):
+        router = with_constants(LBGRRouter, **constants)(2, service=service, learn=False)
         router._mean_output = 100.0                # 1 s of decode: capacity 4 requests/s
         router.indexes[0].insert(BlockRequest((1, 2, 3), (100,) * 3))
         for i in range(int(rate * 60)):            # a minute of requests through the prefix
@@ -670,10 +633,8 @@ def test_lbgr_a_hot_prefixs_second_copy_costs_nothing():
     cold, hot = copy_cost(0.5), copy_cost(2.0)     # 1/8 and 1/2 of a worker
     assert cold == pytest.approx(LBGRRouter(2, service=service).duplication(300, 0))
     assert hot == 0.0
-    assert copy_cost(2.0, hot_share=0) == pytest.approx(cold)
-    assert copy_cost(2.0, hot_share=0.6) == pytest.approx(cold)
-    with pytest.raises(ValueError):
-        LBGRRouter(1, hot_share=-1)
+    assert copy_cost(2.0, HOT_SHARE=0) == pytest.approx(cold)
+    assert copy_cost(2.0, HOT_SHARE=0.6) == pytest.approx(cold)
 
 
 def test_lbgr_lets_a_hot_group_take_a_second_worker():
@@ -688,8 +649,8 @@ def test_lbgr_lets_a_hot_group_take_a_second_worker():
         pairs = shared_prefix(groups=128, prompts=32, prompt_tokens=2176, prefix_ratio=2048 / 2176,
                               output_tokens=256, zipf_alpha=1.0, seed=seed)
         requests = with_arrivals(pairs, poisson_arrivals(len(pairs), 28.0, seed))
-        for name, params in (("hot", {}), ("always charged", {"hot_share": 0})):
-            out = simulate(requests, make_router("lbgr", 4, seed, service=service, **params), policy="lru",
+        for name, cls in (("hot", LBGRRouter), ("always charged", with_constants(LBGRRouter, HOT_SHARE=0))):
+            out = simulate(requests, cls(4, seed, service=service), policy="lru",
                            cache_tokens=65536, service=service, seed=seed)
             runs.setdefault(name, []).append((out.hit_rate, out.ttft_p95))
     hot, charged = np.array(runs["hot"]), np.array(runs["always charged"])
@@ -761,7 +722,7 @@ def test_sim_route_cli_runs_and_rejects_bad_input(tmp_path):
         return subprocess.run([sys.executable, "-m", "lcr", "sim-route", *args],
                               capture_output=True, text=True, timeout=120)
 
-    ok = lcr("gsp:groups=4,prompts=4", "--workers", "2", "--routers", "cache_aware,lbgr:features=intercept",
+    ok = lcr("gsp:groups=4,prompts=4", "--workers", "2", "--routers", "cache_aware,lbgr:record=1,lbgr_paper",
              "--json", str(tmp_path / "r.json"))
     assert ok.returncode == 0, ok.stderr
     assert "cache_aware" in ok.stdout and (tmp_path / "r.json").exists()
@@ -770,13 +731,15 @@ def test_sim_route_cli_runs_and_rejects_bad_input(tmp_path):
     assert closed.returncode == 0 and "closed:clients=3" in closed.stdout, closed.stderr
     for bad in (["gsp:groups=0"], ["gsp", "--workers", "0"], ["gsp", "--routers", "nope"],
                 ["gsp", "--arrivals", "poisson:rate=-1"], ["gsp", "--policies", "opt"],
-                ["gsp", "--routers", "lbgr:features=x"], ["gsp", "--slots", "0"],
+                ["gsp", "--routers", "lbgr:queueing=none"], ["gsp", "--slots", "0"],
                 ["gsp", "--limit", "0"], ["gsp", "--seed", "-1"],
                 ["gsp", "--routers", "cache_aware:defaults=0.2"], ["gsp", "--arrivals", "closed:clients=0"],
                 ["gsp", "--arrivals", "closed:rate=2"], ["gsp", "--service-jitter", "-1"]):
         out = lcr(*bad)
         assert out.returncode == 2, (bad, out.stderr)
         assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
+    # An option lbgr does not take is named (the removed experiments among them).
+    assert "unknown option(s) queueing" in lcr("gsp", "--routers", "lbgr:queueing=none").stderr
 
 
 def test_serve_router_rejects_bad_input_in_one_line():
@@ -788,7 +751,7 @@ def test_serve_router_rejects_bad_input_in_one_line():
         port = str(taken.getsockname()[1])
         for bad in (["--worker-urls", "http://127.0.0.1:1", "--port", port],     # port in use
                     ["--worker-urls", "ftp://x"], ["--worker-urls", ","],
-                    ["--worker-urls", "http://127.0.0.1:1", "--router", "lbgr:load=x"],
+                    ["--worker-urls", "http://127.0.0.1:1", "--router", "lbgr:load=decay"],
                     ["--worker-urls", "http://127.0.0.1:1", "--port", "70000"]):
             out = subprocess.run([sys.executable, "-m", "lcr", "serve-router", *bad],
                                  capture_output=True, text=True, timeout=60)

@@ -33,8 +33,8 @@ def register(subparsers) -> None:
                         "ShareGPT multi-turn replay)")
     p.add_argument("--routers", default="random,round_robin,cache_aware,lbgr",
                    help=f"comma-separated, from {', '.join(ROUTERS)}; parameters after ':' "
-                        "separated by ';', e.g. lbgr:features=intercept;hysteresis=0.1 or "
-                        "cache_aware:defaults=0.1.9 (sglang-router 0.1.9's thresholds)")
+                        "separated by ';', e.g. cache_aware:defaults=0.1.9 (sglang-router 0.1.9's "
+                        "thresholds); lbgr_paper is the RLT/LBGR paper's own rule")
     p.add_argument("--policies", default="lru,rlt",
                    help=f"KV cache policies, from {', '.join(KV_POLICIES)}, parameters after ':' separated "
                         "by ';' (lpc:model=PATH from lcr lpc-train, or model=oracle; the LPC policies "
@@ -65,13 +65,10 @@ def register(subparsers) -> None:
     # The same LBGR as sim-route's (one default: docs/routing.md, "One default").
     s.add_argument("--router", default="lbgr",
                    help=f"one of {', '.join(ROUTERS)}, with parameters after ':' separated by ';', "
-                        "e.g. lbgr:load=decay;in_flight=now (the paper's decayed load) (default: lbgr)")
+                        "e.g. lbgr:record=1 (keep LBGR's recent decisions for /lcr/metrics) (default: lbgr)")
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=30000)
     s.add_argument("--block-tokens", type=int, default=64, help="tokens per prefix block the router tracks")
-    s.add_argument("--cache-tokens", type=int,
-                   help="each worker's KV pool in tokens: LBGR forgets routed prefixes past it, "
-                        "least recently routed first (suits LRU workers)")
     add_service_flags(s)
     s.add_argument("--seed", type=int, default=0)
     s.set_defaults(func=serve)
@@ -252,15 +249,12 @@ def serve(args) -> int:
         raise LcrInputError(f"--port must be in 1..65535, got {args.port}")
     if args.block_tokens < 1:
         raise LcrInputError(f"--block-tokens must be at least 1, got {args.block_tokens}")
-    if args.cache_tokens is not None and args.cache_tokens < 1:
-        raise LcrInputError(f"--cache-tokens must be at least 1, got {args.cache_tokens}")
     specs = [PolicySpec.parse(item, registry=ROUTERS) for item in split_policies(args.router)]
     if len(specs) != 1:
         raise LcrInputError("--router: give exactly one router")
     service = service_model(args)
     try:
-        router = make_router(specs[0].name, len(urls), args.seed, service=service,
-                             cache_tokens=args.cache_tokens, **specs[0].kwargs)
+        router = make_router(specs[0].name, len(urls), args.seed, service=service, **specs[0].kwargs)
     except TypeError as err:
         raise LcrInputError(f"router {specs[0].label}: {err}") from None
     try:

@@ -13,13 +13,15 @@ router has.
   with the longest approximate prefix match if its match rate exceeds ``cache_threshold``,
   else to the worker whose index is smallest (the most free cache, as far as the router
   knows).
-- ``lbgr``: learning-based greedy routing (the RLT/LBGR paper): predicted latency
-  E_i = Cost_i + P_i + theta_i . phi_i, with Cost_i from the approximate prefix match,
-  P_i a queue load (exponentially decaying, or the backlog with ``load=backlog``, or the
-  queued prefill and the wait for a decode slot with ``load=prefill``) and
-  theta_i a per-worker recursive least squares fit of the measured latency minus the
-  model's estimate; by default lcr adds the delay a request's work imposes on those after
-  it (``queueing=little``, see LBGRRouter).
+- ``lbgr``: learning-based greedy routing (the RLT/LBGR paper's predicted latency
+  E_i = Cost_i + P_i + theta_i . phi_i, with Cost_i from the approximate prefix match, P_i
+  the prefill queued there and theta_i a per-worker recursive least squares fit of the
+  measured latency minus the model's estimate), plus the delay a request's work imposes on
+  those after it (see LBGRRouter).
+- ``lbgr_paper``: the paper's own greedy rule (its decayed load, no cost to others), kept
+  to reproduce its comparison.
+
+Each router takes the options its ``OPTIONS`` names and nothing else (``make_router``).
 """
 from __future__ import annotations
 
@@ -43,6 +45,7 @@ class Router(ABC):
     """Routes requests to ``workers`` workers. Not thread-safe: one event loop calls it."""
 
     name = "router"
+    OPTIONS: tuple[str, ...] = ()   # the parameters `name:key=value` may set (make_router)
 
     def __init__(self, workers: int, seed: int = 0):
         if workers < 1:
@@ -107,6 +110,7 @@ class CacheAwareRouter(Router):
     than 32, and needs a match over half the prompt to follow the cache."""
 
     name = "cache_aware"
+    OPTIONS = ("defaults", "cache_threshold", "balance_abs", "balance_rel", "max_index_tokens")
     # sglang-router's RouterArgs defaults (cache_threshold, balance_abs_threshold,
     # balance_rel_threshold). Its tree bound (max_tree_size: 2^24 characters in 0.1.9, 2^26
     # since 0.2.0) is the index's default (DEFAULT_MAX_TOKENS), never reached here.
@@ -156,11 +160,11 @@ class CacheAwareRouter(Router):
 class Score:
     """One worker's LBGR score for one request, term by term (seconds)."""
     cost: float       # the request's own service time there: prefill of what misses + decode
-    load: float       # P: the recent work routed there (load=decay), still queued (backlog), or
-                      # queued prefill plus the wait for a decode slot (prefill)
+    load: float       # P: the prefill still queued there plus the wait for a decode slot
+                      # (lbgr_paper: the recent work routed there, decaying)
     residual: float   # theta . phi: the learned correction
-    queueing: float   # queueing=little: the delay its work, and a second copy of its
-                      # prefix, impose on other requests
+    queueing: float   # the delay its work, and a second copy of its prefix, impose on other
+                      # requests (0 under lbgr_paper)
     hit: int          # prefix tokens the router believes that worker holds
     phi: np.ndarray
 
@@ -177,217 +181,151 @@ class _InFlight:
     phi: np.ndarray
 
 
+def _flag(router: str, name: str, value) -> bool:
+    """A 0/1 option (``lbgr:record=1``): anything else is refused, naming the option."""
+    if value in (0, 1, True, False):
+        return bool(value)
+    raise LcrInputError(f"{router}: {name} must be 0 or 1, got {value!r}")
+
+
 class LBGRRouter(Router):
-    """Learning-based greedy routing.
+    """Learning-based greedy routing, lcr's rule: each worker's score is the request's
+    predicted latency there (Cost + P + theta . phi) plus what the choice costs the requests
+    after it; the lowest score wins.
 
-    ``features``: ``paper`` (hit, miss, load), ``intercept`` (a constant only, as the authors'
-    released router learns), or ``paper+intercept``. ``load``: what P_i holds (default:
-    ``prefill`` under ``queueing=little``, the paper's ``decay`` under ``queueing=none``).
-    ``decay``: P decays by ``decay`` every ``decay_interval`` seconds (the authors: 31/32
-    every 20 ms), a finished request releasing what is left of its share, so P measures the
-    last ~0.6 s of routed work. ``backlog``: P drains by one second per second, the rate at
-    which a worker works off occupancy, so P is the work still queued there, however old
-    (with skewed groups the hot group's worker builds a backlog that the decayed load
-    forgets: docs/routing.md, "Skewed groups"). ``prefill``: P is the prefill still queued
-    (each routed request adds its prefill over the prefill lanes, draining 1 s per second),
-    and a request waits for a decode slot only once all are taken (``slot_wait``): a continuous
-    batcher starts a request as soon as its prefill lane and a slot are free, so requests
-    decoding in free slots do not hold it back; in the same terms the queueing term
-    counts a request's decode against later ones only when it takes the last free slot
-    (``queued_occupancy``; docs/routing.md, "Time to first token").
+    - Cost: prefill of what misses the router's approximate index, plus the mean decode.
+    - P (load): the prefill still queued at the worker (each routed request adds its prefill
+      over the prefill lanes; P drains one second per second), plus, once every decode slot
+      is taken, the wait for one (``slot_wait``): a continuous batcher starts a request as
+      soon as a prefill lane and a slot are free, so requests decoding in free slots do not
+      hold it back.
+    - theta . phi: per worker, a recursive least squares fit of measured latency minus
+      Cost + P, on phi = (hit, miss, load) in seconds of the service model, counted only
+      beyond ``CONFIDENCE`` standard errors (a fit on a few dozen latencies that mostly
+      reflect momentary queueing would otherwise learn "this worker is slow" from noise).
+    - queueing: the delay the request's work imposes on later requests there
+      (``queued_occupancy``: its prefill, its decode share only when it takes the last free
+      slot) times the requests expected to arrive while it is in flight, which by Little's
+      law is the worker's time-averaged number in flight (``expected_in_flight``: the
+      router's own count averaged over the mean latency, so a momentary split of a few
+      clients is not priced as a standing queue). Plus what a second copy of a prefix held
+      elsewhere costs (``duplication``), unless the prefix is hot (``is_hot``: its requests
+      arrive at ``HOT_SHARE`` of a worker's capacity or more, and fill the copy).
+    - A prefix no worker holds goes to the worker with the fewest routed tokens (its group's
+      later requests follow it, so its placement sets a worker's long-run share), the score
+      breaking ties; a worker with a longer match is kept when its score is within
+      ``HYSTERESIS`` of the best.
 
-    ``hysteresis``: a worker with a longer prefix match is kept when its estimate is within
-    this fraction of the best (stickiness keeps prefixes together when workers are nearly
-    tied).
-
-    ``queueing``: what a choice costs the requests after it. ``none`` is the paper's greedy
-    rule (the request's own predicted latency only). ``little`` (lcr's default) adds the
-    delay the request's work imposes on later requests at that worker: its occupancy
-    (``ServiceModel.occupancy``: the worker capacity it takes, so a miss costs its full
-    prefill) times the number of requests expected to arrive there while it is in flight,
-    which by Little's law is about the number in flight there (``outstanding`` now, or its
-    time average: ``in_flight``; under ``load=prefill``, ``queued_occupancy``). Under
-    load a miss then costs what it really costs the cluster, and groups stay together.
-    It also counts what a second copy of a prefix costs (``duplicate_cost``, on by default:
-    see ``duplication``), so an idle worker takes a request whose prefix is cached elsewhere
-    only when the home's queue outweighs the request's prefill twice over.
-
-    ``in_flight``: the count of requests at a worker that ``queueing`` multiplies. By
-    Little's law the requests expected to arrive while this one is in flight are the
-    worker's *time-averaged* number in flight, of which the count at this moment is one
-    noisy sample. ``now`` uses that sample; ``mean`` (the default) the count averaged over
-    the last mean request latency (exponentially, from the router's own routed and
-    completed requests), so a momentary imbalance (4 clients: a 3-to-0 split that lasts a
-    few requests) is not priced as a standing queue, while a standing one still is. A
-    request's own wait for a slot (``slot_wait``) stays on the count now.
-
-    ``hot_share``: a held prefix whose requests arrive at ``hot_share`` or more of one
-    worker's capacity (its slots over the mean decode time, requests/s) is hot, and a second
-    copy of it costs nothing: its own later requests fill the copy, where the second-copy
-    cost assumes the copy only displaces other prefixes. Without it LBGR kept a hot group on
-    a worker it overloaded (docs/routing.md, "Skewed groups"). 0 turns it off.
-
-    ``copy_cost``: how many times the second-copy cost is counted. ``once`` (the default):
-    one re-prefill of the copied tokens. ``group``: once per request that has shared the
-    held prefix so far (up to ``GROUP_LIMIT``): a prefix that served n requests is expected
-    to serve about as many more, and a copy splits them between two caches, each holding
-    the group at the expense of others (docs/routing.md, "Why LBGR lost with few clients").
-
-    ``first_sight``: where a prefix no worker holds goes. ``score`` (the paper's rule) by
-    the score, i.e. by the last second's load; ``index`` (the default under
-    ``queueing=little``) to the worker with the fewest routed tokens, cache_aware's rule:
-    the group's later requests follow its first one, so its placement sets a worker's
-    long-run share of load and cache, which the momentary load does not predict.
-
-    ``confidence``: the residual theta . phi counts only beyond this many of its standard
-    errors (``RecursiveLeastSquares.predict``; 0: as fitted, the paper's rule). Measured
-    live, a fit on a few dozen latencies that mostly reflect momentary queueing would
-    otherwise learn "this worker is slow" from noise and move groups off their home.
-
-    ``record``: keep the per-worker ``Score`` terms of the last ``RECORD_LIMIT`` decisions
-    in ``decisions`` (bounded: a long-running ``serve-router`` would otherwise grow without
-    end).
+    Every rule was measured against its alternatives, which were removed (docs/routing.md;
+    docs/history.md). ``record``: keep the per-worker ``Score`` terms of the last
+    ``RECORD_LIMIT`` decisions in ``decisions`` (bounded for a long-running serve-router).
+    ``learn=False`` freezes the residual fits (for tests that isolate the other terms).
     """
 
     name = "lbgr"
-    FEATURES = ("paper", "intercept", "paper+intercept")
+    OPTIONS = ("record",)           # what `lbgr:...` accepts
+    FORGETTING = 0.992              # the RLS fits' (the authors' value)
+    HYSTERESIS = 0.02
+    CONFIDENCE = 2.0                # standard errors the residual must exceed to count
+    HOT_SHARE = 0.25                # of a worker's capacity (.1-.5 measured alike)
     RECORD_LIMIT = 10_000
-    QUEUEING = ("little", "none")
-    LOADS = ("decay", "backlog", "prefill")
-    COPY_COSTS = ("once", "group")
-    IN_FLIGHT = ("now", "mean")
-    LATENCY_MEMORY = 256  # completions the mean latency (in_flight=mean's time scale) spans
-    GROUP_LIMIT = 8
+    LATENCY_MEMORY = 256  # completions the mean latency (the in-flight average's time scale) spans
     PATHS_LIMIT = 1 << 18   # prefix blocks whose demand LBGR remembers (66 MB when full)
-    DEMAND_HORIZON = 10.0  # seconds a prefix's request rate averages over (hot_share)
+    DEMAND_HORIZON = 10.0  # seconds a prefix's request rate averages over (is_hot)
 
     def __init__(self, workers: int, seed: int = 0, service: ServiceModel | None = None,
-                 features: str = "paper", forgetting: float = 0.992, decay: float = 31 / 32,
-                 decay_interval: float = 0.02, hysteresis: float = 0.02, queueing: str = "little",
-                 max_index_tokens: int | None = DEFAULT_MAX_TOKENS, learn: bool = True, record: bool = False,
-                 duplicate_cost: bool = True, first_sight: str | None = None, confidence: float = 2.0,
-                 load: str | None = None, copy_cost: str = "once", in_flight: str = "mean",
-                 hot_share: float = 0.25):
+                 record: bool = False, learn: bool = True):
         super().__init__(workers, seed)
-        if in_flight not in self.IN_FLIGHT:
-            raise LcrInputError(f"lbgr: in_flight must be one of {', '.join(self.IN_FLIGHT)}, got {in_flight!r}")
-        self.in_flight = in_flight
-        # in_flight=mean: requests routed and not finished per worker, their exponential
-        # time average and when it was last brought up to date, and the mean latency that
-        # sets its time scale.
-        self._count = [0] * workers
-        self._count_mean = [0.0] * workers
-        self._count_time = 0.0
-        self._mean_latency = 0.0
-        if copy_cost not in self.COPY_COSTS:
-            raise LcrInputError(f"lbgr: copy_cost must be one of {', '.join(self.COPY_COSTS)}, got {copy_cost!r}")
-        self.copy_cost = copy_cost
-        if not (math.isfinite(hot_share) and hot_share >= 0):
-            raise LcrInputError(f"lbgr: hot_share must be a number >= 0, got {hot_share!r}")
-        self.hot_share = hot_share
-        # Requests routed through each prefix block, and their rate (copy_cost=group, hot_share).
-        self.demand = PrefixDemand(self.DEMAND_HORIZON, self.PATHS_LIMIT)
-        # lcr's cluster-cost rule prices queued prefill (measured best live and on multi-turn
-        # chat: docs/routing.md, "One default"); the paper's rule keeps its decayed load.
-        load = load or ("prefill" if queueing == "little" else "decay")
-        if load not in self.LOADS:
-            raise LcrInputError(f"lbgr: load must be one of {', '.join(self.LOADS)}, got {load!r}")
-        self.load_rule = load
-        if confidence < 0:
-            raise LcrInputError(f"lbgr: confidence must be >= 0, got {confidence}")
-        self.confidence = confidence
-        self.duplicate_cost = bool(duplicate_cost)
-        # The paper's rule places everything by its score; lcr's cluster-cost rule places
-        # unseen prefixes by routed share.
-        first_sight = first_sight or ("index" if queueing == "little" else "score")
-        if first_sight not in ("index", "score"):
-            raise LcrInputError(f"lbgr: first_sight must be index or score, got {first_sight!r}")
-        self.first_sight = first_sight
-        if features not in self.FEATURES:
-            raise LcrInputError(f"lbgr: features must be one of {', '.join(self.FEATURES)}, got {features!r}")
-        if queueing not in self.QUEUEING:
-            raise LcrInputError(f"lbgr: queueing must be one of {', '.join(self.QUEUEING)}, got {queueing!r}")
-        self.queueing = queueing
-        # Only the second-copy cost reads the demand (its group count and hot prefixes).
-        self._tracks_demand = (queueing == "little" and self.duplicate_cost
-                               and (hot_share > 0 or copy_cost == "group"))
-        if not 0 < decay <= 1 or decay_interval <= 0:
-            raise LcrInputError("lbgr: decay must be in (0, 1] and decay_interval > 0")
         self.service = service or ServiceModel()
-        self.features = features
-        self.hysteresis = hysteresis
         self.learn = learn
-        self.decay_rate = -math.log(decay) / decay_interval  # P(t) = P(t0) exp(-rate (t - t0))
-        self.indexes = [ApproxPrefixIndex(max_index_tokens) for _ in range(workers)]
-        dim = {"paper": 3, "intercept": 1, "paper+intercept": 4}[features]
-        self.models = [RecursiveLeastSquares(dim, forgetting, delta=1.0) for _ in range(workers)]
+        self.indexes = [ApproxPrefixIndex(DEFAULT_MAX_TOKENS) for _ in range(workers)]
+        self.models = [RecursiveLeastSquares(3, self.FORGETTING, delta=1.0) for _ in range(workers)]
         self.load = [0.0] * workers
         self._load_time = 0.0
         self._in_flight: dict[int, tuple[int, _InFlight]] = {}
         self._mean_output = 0.0
         self._completed = 0
+        # Requests routed and not finished per worker, their exponential time average and
+        # when it was last brought up to date, and the mean latency that sets its time scale.
+        self._count = [0] * workers
+        self._count_mean = [0.0] * workers
+        self._count_time = 0.0
+        self._mean_latency = 0.0
+        # Requests routed through each prefix block, and their rate (is_hot).
+        self.demand = PrefixDemand(self.DEMAND_HORIZON, self.PATHS_LIMIT)
         # (request id, outstanding, per-worker Score, chosen worker) per decision, if asked:
         # what moved each request where it went (docs/routing.md, "Live").
         self.decisions: deque[tuple[int, list[int], list[Score], int]] | None = (
-            deque(maxlen=self.RECORD_LIMIT) if record else None)
+            deque(maxlen=self.RECORD_LIMIT) if _flag(self.name, "record", record) else None)
+
+    # --- the rules lbgr_paper replaces (PaperLBGRRouter) ---------------------------------
+
+    def _drain(self, elapsed: float) -> None:
+        """P after ``elapsed`` seconds: queued prefill drains one second per second."""
+        self.load = [max(0.0, p - elapsed) for p in self.load]
+
+    def _load_at(self, worker: int, outstanding: Sequence[int] | None) -> float:
+        load = self.load[worker]
+        return load if outstanding is None else load + self.slot_wait(outstanding[worker])
+
+    def _queueing(self, hit: int, miss: int, in_flight: float, copies: int, copied: int) -> float:
+        return (self.queued_occupancy(hit, miss, in_flight) * in_flight
+                + copies * self.duplication(copied, in_flight))
+
+    def _added_load(self, hit: int, miss: int) -> float:
+        """What a request routed to a worker adds to its P: its prefill (decoding shares
+        the slots: ``slot_wait``)."""
+        return self.service.prefill_occupancy(hit, miss)
+
+    def _unseen(self, alive: list[int], estimates: list[Score]) -> int:
+        """A prefix no worker holds: where it lands is where its group's later requests
+        will follow it, so place it by each worker's long-run share of routed tokens (its
+        index: cache_aware's rule), not by the last second's load; the score breaks ties."""
+        return min(alive, key=lambda w: (self.indexes[w].tokens, estimates[w].score))
+
+    def _take_back(self, worker: int, flight: _InFlight, now: float) -> None:
+        """A finished request's share of P: queued prefill has drained by time alone."""
+
+    # --- shared by both rules ----------------------------------------------------------
 
     def _decay_to(self, now: float) -> None:
         if now > self._load_time:
-            elapsed = now - self._load_time
-            if self.load_rule in ("backlog", "prefill"):
-                self.load = [max(0.0, p - elapsed) for p in self.load]
-            else:
-                factor = math.exp(-self.decay_rate * elapsed)
-                self.load = [p * factor for p in self.load]
+            self._drain(now - self._load_time)
             self._load_time = now
 
     def phi(self, hit: int, miss: int, load: float) -> np.ndarray:
         # In seconds of the service model, so theta reads as relative corrections
         # (theta = 0.5 on the miss term: prefill is 50% slower than modelled).
-        paper = [self.service.prefill(hit, 0), self.service.prefill(0, miss), load]
-        if self.features == "paper":
-            return np.array(paper)
-        if self.features == "intercept":
-            return np.array([1.0])
-        return np.array(paper + [1.0])
+        return np.array([self.service.prefill(hit, 0), self.service.prefill(0, miss), load])
 
     def estimates(self, request: RoutedRequest, now: float,
                   outstanding: Sequence[int] | None = None) -> list[Score]:
-        """Per worker, the terms of its score (``Score``): the predicted latency Cost + P +
-        theta . phi, plus under ``queueing=little`` the delay the request imposes on those
-        after it (needs ``outstanding``)."""
+        """Per worker, the terms of its score (``Score``); the queueing term needs
+        ``outstanding`` (without it, 0)."""
         self._decay_to(now)
         expected = self.expected_in_flight(now, outstanding)
         hits = [index.match(request.request) for index in self.indexes]
         # The longest prefix some worker in rotation is believed to hold.
         held = max((hits[w] for w in range(self.workers) if w not in self.dead), default=0)
-        held_path = self.held_path(request.request, held)
-        if self.is_hot(held_path, now):
-            copies = 0
-        else:
-            copies = self.group_size(held_path) if self.copy_cost == "group" else 1
+        copies = 0 if self.is_hot(self.held_path(request.request, held), now) else 1
         out = []
         for worker, hit in enumerate(hits):
             miss = request.prompt_tokens - hit
-            load = self.load[worker]
-            if self.load_rule == "prefill" and outstanding is not None:
-                load += self.slot_wait(outstanding[worker])
+            load = self._load_at(worker, outstanding)
             phi = self.phi(hit, miss, load)
-            queueing = 0.0
-            if self.queueing == "little" and expected is not None:
-                queueing = (self.queued_occupancy(hit, miss, expected[worker]) * expected[worker]
-                            + copies * self.duplication(held - hit, expected[worker]))
+            queueing = (0.0 if expected is None else
+                        self._queueing(hit, miss, expected[worker], copies, held - hit))
             out.append(Score(cost=self.service.prefill(hit, miss) + self.service.decode(self._mean_output),
                              load=load,
-                             residual=self.models[worker].predict(phi, self.confidence),
+                             residual=self.models[worker].predict(phi, self.CONFIDENCE),
                              queueing=queueing, hit=hit, phi=phi))
         return out
 
     def expected_in_flight(self, now: float, outstanding: Sequence[int] | None) -> Sequence[float] | None:
-        """Per worker, the requests expected to arrive while one routed now is in flight
-        (``in_flight``): ``outstanding`` itself, or its time average."""
-        if self.in_flight == "now" or outstanding is None:
-            return outstanding
+        """Per worker, the requests expected to arrive while one routed now is in flight:
+        the router's own in-flight count, time-averaged (None without ``outstanding``)."""
+        if outstanding is None:
+            return None
         self._average_counts_to(now)
         return self._count_mean
 
@@ -400,29 +338,23 @@ class LBGRRouter(Router):
         self._count_time = max(self._count_time, now)
 
     def _count_change(self, worker: int, delta: int, now: float) -> None:
-        """A request routed to (+1) or finished at (-1) ``worker`` (tracked for
-        ``in_flight=mean`` only). Until a latency is known there is no time scale, and the
-        average is the count itself."""
-        if self.in_flight != "mean":
-            return
+        """A request routed to (+1) or finished at (-1) ``worker``. Until a latency is known
+        there is no time scale, and the average is the count itself."""
         self._average_counts_to(now)
         self._count[worker] += delta
         if self._mean_latency <= 0:
             self._count_mean[worker] = float(self._count[worker])
 
     def queued_occupancy(self, hit: int, miss: int, in_flight: float) -> float:
-        """What one request at a worker with ``in_flight`` others delays each later one by
-        (``queueing=little``): its occupancy (``ServiceModel.occupancy``); under
-        ``load=prefill`` its prefill, and its decode only once every slot is taken (a
-        continuous batcher starts a later request beside it while one is free)."""
-        if self.load_rule != "prefill":
-            return self.service.occupancy(hit, miss, self._mean_output)
+        """What one request at a worker with ``in_flight`` others delays each later one by:
+        its prefill, and its decode share only once every slot is taken (a continuous
+        batcher starts a later request beside it while one is free)."""
         slot = self.service.decode(self._mean_output) / self.service.slots if in_flight + 1 >= self.service.slots else 0.0
         return self.service.prefill_occupancy(hit, miss) + slot
 
     def slot_wait(self, outstanding: int) -> float:
-        """``load=prefill``: how long a request waits for a decode slot behind ``outstanding``
-        requests (0 while one is free; then a slot frees every mean decode / slots)."""
+        """How long a request waits for a decode slot behind ``outstanding`` requests (0
+        while one is free; then a slot frees every mean decode / slots)."""
         waiting = outstanding - self.service.slots + 1
         return max(0, waiting) * self.service.decode(self._mean_output) / self.service.slots
 
@@ -437,27 +369,23 @@ class LBGRRouter(Router):
             deepest = path
         return deepest
 
-    def group_size(self, held_path: int | None) -> int:
-        """Requests routed so far through ``held_path`` (at least 1, at most ``GROUP_LIMIT``)."""
-        return min(self.GROUP_LIMIT, max(1, self.demand.count(held_path)))
-
     def is_hot(self, held_path: int | None, now: float) -> bool:
-        """Whether requests through ``held_path`` arrive at ``hot_share`` of a worker's
+        """Whether requests through ``held_path`` arrive at ``HOT_SHARE`` of a worker's
         capacity or more (never before a decode time is known)."""
         decode = self.service.decode(self._mean_output)
-        if self.hot_share <= 0 or held_path is None or decode <= 0:
+        if self.HOT_SHARE <= 0 or held_path is None or decode <= 0:
             return False
-        return self.demand.rate(held_path, now) >= self.hot_share * self.service.slots / decode
+        return self.demand.rate(held_path, now) >= self.HOT_SHARE * self.service.slots / decode
 
-    def duplication(self, tokens: int, outstanding: int) -> float:
+    def duplication(self, tokens: int, outstanding: float) -> float:
         """What storing a second copy of ``tokens`` prefix tokens, already cached at another
         worker, costs later requests: in a full cache the copy evicts as many tokens of other
         prefixes, so some later request prefills them again instead of hitting (the miss
         minus the hit), and delays those queued behind it at that worker as this request's
         own prefill would. Without it a busy home and an idle neighbour split a group
         between two caches on one momentary imbalance, and every later request of the group
-        follows the load between both copies (docs/routing.md, "Live")."""
-        if not self.duplicate_cost or tokens <= 0:
+        follows the load between both copies."""
+        if tokens <= 0:
             return 0.0
         extra = self.service.prefill(0, tokens) - self.service.prefill(tokens, 0)
         return extra + extra / self.service.prefill_parallel * outstanding
@@ -465,17 +393,13 @@ class LBGRRouter(Router):
     def route(self, request, now, outstanding):
         alive = self.alive()
         estimates = self.estimates(request, now, outstanding)
-        if self.first_sight == "index" and all(estimates[w].hit == 0 for w in alive):
-            # A prefix no worker holds: where it lands is where its group's later requests
-            # will follow it, so place it by each worker's long-run share of routed tokens
-            # (its index: cache_aware's rule), not by the last second's load; the score
-            # breaks ties.
-            best = min(alive, key=lambda w: (self.indexes[w].tokens, estimates[w].score))
+        if all(estimates[w].hit == 0 for w in alive):
+            best = self._unseen(alive, estimates)
         else:
             best = min(alive, key=lambda w: estimates[w].score)
         sticky = max(alive, key=lambda w: estimates[w].hit)
         if (estimates[sticky].hit > estimates[best].hit
-                and estimates[sticky].score - estimates[best].score <= self.hysteresis * abs(estimates[best].score)):
+                and estimates[sticky].score - estimates[best].score <= self.HYSTERESIS * abs(estimates[best].score)):
             best = sticky
         if self.decisions is not None:
             self.decisions.append((request.rid, list(outstanding), estimates, best))
@@ -486,17 +410,15 @@ class LBGRRouter(Router):
             if w != best:
                 self.models[w].theta *= self.models[w].forgetting
         chosen = estimates[best]
+        miss = request.prompt_tokens - chosen.hit
         # What the request delays those behind it: its prefill shared by the worker's
         # prefill lanes, its decode by its slots (ServiceModel.occupancy).
-        miss = request.prompt_tokens - chosen.hit
         cost = self.service.occupancy(chosen.hit, miss, self._mean_output)
-        # load=prefill: only the prefill queues; decoding shares the slots (slot_wait).
-        self.load[best] += self.service.prefill_occupancy(chosen.hit, miss) if self.load_rule == "prefill" else cost
+        self.load[best] += self._added_load(chosen.hit, miss)
         self._in_flight[request.rid] = (best, _InFlight(cost, now, chosen.cost + chosen.load, chosen.phi))
         self._count_change(best, +1, now)
         self.indexes[best].insert(request.request)
-        if self._tracks_demand:
-            self.demand.record(request.request.paths, now)
+        self.demand.record(request.request.paths, now)
         return best
 
     def on_complete(self, worker, request, now, latency):
@@ -511,17 +433,53 @@ class LBGRRouter(Router):
         self._release(worker, request, now)
 
     def _release(self, worker: int, request: RoutedRequest, now: float) -> _InFlight | None:
-        """Take back what is left of the request's share of the worker's load."""
+        """Forget a finished or failed request: its in-flight count and its share of P."""
         routed = self._in_flight.pop(request.rid, None)
         if routed is None:
             return None
         self._decay_to(now)
         routed_to, flight = routed
         self._count_change(routed_to, -1, now)
-        if self.load_rule == "decay":  # a backlog drains by time alone
-            residual = flight.cost * math.exp(-self.decay_rate * (now - flight.routed_at))
-            self.load[worker] = max(0.0, self.load[worker] - residual)
+        self._take_back(worker, flight, now)
         return flight
+
+
+class PaperLBGRRouter(LBGRRouter):
+    """``lbgr_paper``: the RLT/LBGR paper's greedy rule, for reproducing its comparison. The
+    score is the request's own predicted latency, Cost + P + theta . phi (no queueing term,
+    no second-copy cost); P is the recent work routed to the worker, growing by each routed
+    request's occupancy and decaying by ``DECAY`` every ``DECAY_INTERVAL`` seconds (the
+    authors' 31/32 every 20 ms: about the last 0.6 s of routed work), a finished request
+    releasing what is left of its share; an unseen prefix goes by the score. lcr's residual
+    gating (``CONFIDENCE``), covariance cap and hysteresis are kept."""
+
+    name = "lbgr_paper"
+    DECAY = 31 / 32
+    DECAY_INTERVAL = 0.02
+
+    @property
+    def decay_rate(self) -> float:
+        return -math.log(self.DECAY) / self.DECAY_INTERVAL   # P(t) = P(t0) exp(-rate (t - t0))
+
+    def _drain(self, elapsed: float) -> None:
+        factor = math.exp(-self.decay_rate * elapsed)
+        self.load = [p * factor for p in self.load]
+
+    def _load_at(self, worker: int, outstanding: Sequence[int] | None) -> float:
+        return self.load[worker]
+
+    def _queueing(self, hit: int, miss: int, in_flight: float, copies: int, copied: int) -> float:
+        return 0.0
+
+    def _added_load(self, hit: int, miss: int) -> float:
+        return self.service.occupancy(hit, miss, self._mean_output)
+
+    def _unseen(self, alive: list[int], estimates: list[Score]) -> int:
+        return min(alive, key=lambda w: estimates[w].score)
+
+    def _take_back(self, worker: int, flight: _InFlight, now: float) -> None:
+        residual = flight.cost * math.exp(-self.decay_rate * (now - flight.routed_at))
+        self.load[worker] = max(0.0, self.load[worker] - residual)
 
 
 def moves_off_home(decisions) -> dict:
@@ -556,23 +514,24 @@ ROUTERS = {
     "round_robin": RoundRobinRouter,
     "cache_aware": CacheAwareRouter,
     "lbgr": LBGRRouter,
+    "lbgr_paper": PaperLBGRRouter,
 }
 
 
 def make_router(name: str, workers: int, seed: int = 0, service: ServiceModel | None = None,
-                cache_tokens: int | None = None, **params) -> Router:
-    """``cache_tokens``: each worker's KV pool, if the caller wants LBGR's approximate index
-    to forget past it (unless ``max_index_tokens`` is given), least recently routed first.
-    That order is LRU's: measured in docs/routing.md, it helps LBGR over LRU workers and
-    hurts it over RLT ones, so it is opt-in. cache_aware keeps sglang-router's tree, whose
-    2^26 characters per worker are never reached here."""
-    if name not in ROUTERS:
+                **options) -> Router:
+    """The router ``name`` for ``workers`` workers, with the ``options`` its ``OPTIONS``
+    name (the ``name:key=value`` of ``--routers``); anything else is refused in one line
+    naming it. ``service``: what LBGR assumes of the workers (the others ignore it)."""
+    cls = ROUTERS.get(name)
+    if cls is None:
         raise LcrInputError(f"unknown router {name!r}; valid: {', '.join(ROUTERS)}")
-    if name == "lbgr":
-        if cache_tokens is not None:
-            params.setdefault("max_index_tokens", cache_tokens)
-        return LBGRRouter(workers, seed, service=service, **params)
+    unknown = sorted(set(options) - set(cls.OPTIONS))
+    if unknown:
+        valid = ", ".join(cls.OPTIONS) or "none"
+        raise LcrInputError(f"router {name}: unknown option(s) {', '.join(unknown)}; valid: {valid}")
+    extra = {"service": service} if issubclass(cls, LBGRRouter) else {}
     try:
-        return ROUTERS[name](workers, seed, **params)
-    except TypeError as err:
+        return cls(workers, seed, **extra, **options)
+    except TypeError as err:   # a value of the wrong kind, e.g. cache_threshold=high
         raise LcrInputError(f"router {name}: {err}") from None
