@@ -8,6 +8,9 @@ interleaved; the report gives TTFT p50/p99 of each and the overhead (routed - di
 
     PYTHONPATH=. python benchmarks/router_overhead.py --clients 4 --repeats 5
 
+The results file (``--out``) holds one entry per setting (clients, workers, first-token
+delay, prompt length); a re-run of a setting replaces its entry and keeps the others.
+
 `--baseline-tree DIR` also runs the router of another checkout (e.g. a `git worktree` of an
 older commit) in the same interleaved repeats, for a before/after on the same machine.
 `--sglang-router DIR` runs sglang-router (a release unpacked with `pip install --no-deps
@@ -16,7 +19,6 @@ same repeats: what SGLang's own (Rust) router adds, beside lcr's.
 """
 import argparse
 import asyncio
-import json
 import os
 import statistics
 import subprocess
@@ -33,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from lcr.route.stub_worker import StubWorker  # noqa: E402
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from routing_live import free_port  # noqa: E402
+from routing_live import free_port, save_setting  # noqa: E402
 
 
 def serve_stubs(ports: list[int], first_token_s: float, chunks: int, gap_s: float) -> None:
@@ -173,9 +175,15 @@ def main(argv=None) -> int:
         print(f"| {name} | {spread(p50)} | {spread(p99)} | {added[0]} | {added[1]} |")
         summary[name] = {"p50_ms": p50, "p99_ms": p99, "added_p50_ms": add50, "added_p99_ms": add99}
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()},
-                                    "runs": summary}, indent=1))
+    save_setting(args.out, setting(args), {"args": {k: str(v) for k, v in vars(args).items()}, "runs": summary})
     return 0
+
+
+def setting(args) -> str:
+    """The key of a run's entry in the results file (what shapes the measurement, not the
+    routers compared or the number of repeats)."""
+    return (f"{args.clients}c-{args.workers}w-first{args.first_token_ms:g}ms-{args.prompt_chars}chars-"
+            f"{args.router}")
 
 
 if __name__ == "__main__":

@@ -4,6 +4,10 @@
         [--calibrate] [--no-pin-workers] [--sglang-router-019 DIR]
         [--out benchmarks/results/routing_live.json]
 
+The results file holds one entry per setting (``setting``: workers, clients, model,
+workload, pool, output length, connections); a re-run of a setting replaces its entry and
+keeps the others.
+
 Starts W SGLang workers (a random Llama of the CPU end-to-end test, tests/sglang_e2e_model.py's
 SIZES, small KV pools, stock LRU; worker i pinned to core i), then for every repeat and every router, interleaved:
 flushes the workers' caches, starts the router, replays a generated shared-prefix workload
@@ -46,6 +50,25 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 ROUTERS = ("lcr:lbgr", "lcr:cache_aware", "lcr:round_robin", "sglang:cache_aware", "sglang:round_robin")
+
+
+def setting(args) -> str:
+    """The key of a run's entry in the results file: everything that shapes the workload
+    and the machine, not the routers compared or the number of repeats."""
+    return (f"{args.workers}w-{args.clients}c-{args.model}-{args.groups}x{args.prompts}-"
+            f"{args.prefix_words}+{args.suffix_words}w-pool{args.pool_tokens}-out{args.max_new_tokens}"
+            + ("-keepalive" if args.keep_alive else "") + ("" if args.pin_workers else "-unpinned"))
+
+
+def save_setting(path: str | os.PathLike, key: str, entry: dict) -> None:
+    """Write ``entry`` under ``key`` in the JSON results file at ``path`` (one file per
+    benchmark, keyed by setting): a re-run of a setting overwrites its own entry only."""
+    from lcr.atomic import write_output
+
+    path = Path(path)
+    results = json.loads(path.read_text()) if path.exists() else {}
+    results[key] = entry
+    write_output(path, json.dumps(dict(sorted(results.items())), indent=1), "the results")
 
 
 def free_port() -> int:
@@ -191,14 +214,13 @@ def calibrate(urls: list[str], prompts: list[str], samples: int = 3, decode_toke
 def run_router(name: str, urls: list[str], prompts: list[str], clients: int, max_new: int, logs: Path,
                service_flags: list[str], sglang_019: str | None = None, prefix_words: int = 300,
                keep_alive: bool = False) -> dict:
-    kind, policy = name.split(":", 1)   # lcr routers may carry parameters: lcr:lbgr:queueing=none
+    kind, policy = name.split(":", 1)   # lcr routers may carry parameters: lcr:lbgr:record=1
     port = free_port()
     path_first = None
     if kind == "lcr":
         # The CPU workers' prefill is compute-bound: one prompt at a time (--prefill-slots 1).
-        # LBGR's index is not capped at the pool (--cache-tokens): measured live, the cap
-        # lowered its cached ratio (docs/routing.md). LBGR records its decisions, so the
-        # run reports what moved requests off the worker holding their prefix.
+        # LBGR records its decisions, so the run reports what moved requests off the worker
+        # holding their prefix.
         router = policy + (";record=1" if ":" in policy else ":record=1") if policy.startswith("lbgr") else policy
         cmd = [sys.executable, "-m", "lcr", "serve-router", "--worker-urls", ",".join(urls),
                "--router", router, "--port", str(port), "--prefill-slots", "1", *service_flags]
@@ -352,8 +374,9 @@ def main() -> int:
                   f"{[m['decisions'] for m in moves]}; by term {[m['moved_by'] for m in moves]}; "
                   f"unseen prefixes placed per worker {[m.get('placed') for m in moves]}")
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    Path(args.out).write_text(json.dumps({"args": vars(args), "service_flags": service_flags, "rows": rows,
-                                          "summary": summary}, indent=1))
+    save_setting(args.out, setting(args), {"args": vars(args), "service_flags": service_flags, "rows": rows,
+                                           "summary": summary})
+    print(f"wrote {args.out}, setting {setting(args)}")
     return 0
 
 

@@ -5,6 +5,7 @@ import json
 import math
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -974,3 +975,30 @@ def test_sim_route_runs_lpc_on_the_sharegpt_replay_and_refuses_it_elsewhere(tmp_
                              timeout=300)
         assert run.returncode == 2, (bad, run.stderr)
         assert len(run.stderr.strip().splitlines()) == 1 and "Traceback" not in run.stderr, run.stderr
+
+
+def test_live_benchmarks_keep_one_entry_per_setting_and_a_rerun_overwrites_its_own(tmp_path):
+    """benchmarks/routing_live.py and router_overhead.py write one results file each, keyed
+    by setting: a re-run of a setting replaces its entry, other settings stay, and the
+    routers compared or the repeats do not make a new setting."""
+    import argparse
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from routing_live import save_setting, setting
+
+    def args(**changes):
+        base = dict(workers=2, clients=4, model="tiny", groups=8, prompts=6, prefix_words=300, suffix_words=100,
+                    pool_tokens=2048, max_new_tokens=4, keep_alive=False, pin_workers=True,
+                    routers="lcr:lbgr,sglang:cache_aware", repeats=3)
+        return argparse.Namespace(**{**base, **changes})
+
+    assert setting(args()) == setting(args(routers="lcr:cache_aware", repeats=6))
+    keys = {setting(args()), setting(args(clients=16)), setting(args(keep_alive=True)), setting(args(pin_workers=False))}
+    assert len(keys) == 4
+    out = tmp_path / "live.json"
+    save_setting(out, setting(args()), {"run": 1})
+    save_setting(out, setting(args(clients=16)), {"run": 2})
+    save_setting(out, setting(args()), {"run": 3})
+    assert json.loads(out.read_text()) == {setting(args()): {"run": 3}, setting(args(clients=16)): {"run": 2}}
+    results = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+    assert not list(results.glob("routing_live_*")) and not list(results.glob("router_overhead_*"))
