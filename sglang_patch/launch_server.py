@@ -1,9 +1,11 @@
 """``python -m sglang_patch.launch_server --cache-policy laru [options] [SGLang args]``.
 
 Translates the cache policy into SGLang's own flags and starts SGLang's server:
-``lru`` is stock SGLang, untouched; ``laru``, ``fpb``, ``hf``, ``rlt`` and ``lpc`` select the
-``lcr-<policy>`` radix-cache backend and pass their options as
-``--radix-eviction-policy-config`` JSON. Every other argument goes to SGLang as is.
+``lru`` is stock SGLang, untouched; every policy SGLang serves from lcr's radix registry
+(``lcr.kv.registry``: laru, fpb, hf, rlt, lpc) selects the ``lcr-<policy>`` radix-cache
+backend and passes its options as ``--radix-eviction-policy-config`` JSON. A policy's own
+options are flags ``--<policy>-<option>`` derived from its declaration (e.g. ``--laru-b``,
+``--hf-window``); the predictor's are shared. Every other argument goes to SGLang as is.
 """
 from __future__ import annotations
 
@@ -15,10 +17,16 @@ import sys
 
 from lcr.errors import LcrInputError
 from lcr.predict.token import TOKEN_ENV
-from lcr.integrations.sglang_config import (DEFAULT_PREDICTOR, DEFAULTS, PREDICTORS, PolicyConfig,
-                                            make_serving_predictor)
+from lcr.integrations.sglang_config import (DEFAULT_PREDICTOR, DEFAULTS, PREDICTOR_OPTIONS, PREDICTORS,
+                                            PolicyConfig, build_policy, option_parameter,
+                                            served)
+from lcr.kv import registry
 
-POLICIES = ("lru", "laru", "fpb", "hf", "rlt", "lpc")
+def policies() -> tuple[str, ...]:
+    """``lru`` (stock SGLang) and every policy the radix registry serves."""
+    return ("lru", *registry.SERVED)
+
+
 _OWN_FLAGS = ("--radix-cache-backend", "--radix-eviction-policy-config")
 
 
@@ -32,13 +40,7 @@ class _Parser(argparse.ArgumentParser):
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m sglang_patch.launch_server", add_help=False,
                                 description=__doc__)
-    p.add_argument("--cache-policy", default="lru", help=f"one of {', '.join(POLICIES)}")
-    p.add_argument("--laru-b", type=float, help="LARU: lambda is divided by b (default 2)")
-    p.add_argument("--laru-k", type=int, help="LARU: cache size k in nodes (default: cached nodes at each phase start)")
-    p.add_argument("--laru-shrink-every", type=int,
-                   help="LARU: prediction-induced misses per lambda step (default 1; 0: k // 32)")
-    p.add_argument("--hf-window", type=int, help="HF: candidate window in leaves (default 4)")
-    p.add_argument("--rlt-seed", type=int, help="RLT: random seed (default 0)")
+    p.add_argument("--cache-policy", default="lru", help=f"one of {', '.join(policies())}")
     p.add_argument("--predictor", choices=PREDICTORS,
                    help=f"in-process predictor (default {DEFAULT_PREDICTOR})")
     p.add_argument("--predictor-url", help="a running `lcr serve-predictor` (http://host:port) instead of "
@@ -50,28 +52,43 @@ def _parser() -> argparse.ArgumentParser:
                         f"(default {DEFAULTS['predictor_backoff_s']:g})")
     p.add_argument("--predictor-budget-ms", type=float,
                    help=f"predictor time per eviction pass (default {DEFAULTS['predictor_budget_ms']:g})")
-    p.add_argument("--lpc-model", help="LPC: predictor file from `lcr lpc-train --model lightgbm --features length` "
-                   "(default: none, every request gets the prior: LRU order)")
-    p.add_argument("--lpc-splitter", help="LPC: chat template whose role markers split a prompt into user turns "
-                   "(auto, chatml, llama3, llama2, gemma, phi3, none; default auto)")
-    p.add_argument("--lpc-scale", type=float, help="LPC: decay rate per second (default 0.01)")
+    for policy, option in _policy_flags():
+        kind, meaning, default = option_parameter(policy, option)
+        p.add_argument(_flag(policy, option), type=kind, dest=f"{policy}:{option}", metavar=option.upper(),
+                       help=f"{policy}: {meaning} (default {default})")
     p.add_argument("--lcr-help", action="help", help="show these options and exit")
     return p
+
+
+def _policy_flags() -> list[tuple[str, str]]:
+    """(policy, option) of every served policy's own options."""
+    return [(policy, option) for policy in registry.SERVED for option in served(policy).serving.options()]
+
+
+def _flag(policy: str, option: str) -> str:
+    return f"--{policy}-{option.replace('_', '-')}"
 
 
 def translate(argv: list[str]) -> list[str]:
     """SGLang's arguments for ``argv`` (raises LcrInputError on bad input)."""
     ours, rest = _parser().parse_known_args(argv)
     policy = ours.cache_policy
-    if policy not in POLICIES:
-        raise LcrInputError(f"unknown --cache-policy {policy!r}; valid: {', '.join(POLICIES)}")
-    options = {key: value for key, value in (
-        ("b", ours.laru_b), ("k", ours.laru_k), ("shrink_every", ours.laru_shrink_every),
-        ("window", ours.hf_window), ("seed", ours.rlt_seed), ("predictor", ours.predictor),
-        ("predictor_url", ours.predictor_url), ("predictor_timeout_ms", ours.predictor_timeout_ms),
-        ("predictor_backoff_s", ours.predictor_backoff_s), ("predictor_budget_ms", ours.predictor_budget_ms),
-        ("model", ours.lpc_model and os.path.abspath(ours.lpc_model)), ("splitter", ours.lpc_splitter), ("scale", ours.lpc_scale),
-    ) if value is not None}
+    if policy not in policies():
+        raise LcrInputError(f"unknown --cache-policy {policy!r}; valid: {', '.join(policies())}")
+    stray = [a.split("=")[0] for a in rest if a.startswith(tuple(f"--{name}-" for name in registry.SERVED))]
+    if stray:  # a removed or misspelt policy option must not reach SGLang as an unknown flag
+        owner = next(name for name in registry.SERVED if stray[0].startswith(f"--{name}-"))
+        valid = ", ".join(_flag(owner, option) for option in served(owner).serving.options()) or "none"
+        raise LcrInputError(f"unknown flag {stray[0]}; {owner}'s flags: {valid}")
+    values = vars(ours)
+    options = {option: values[option] for option in PREDICTOR_OPTIONS if values.get(option) is not None}
+    for owner, option in _policy_flags():
+        value = values[f"{owner}:{option}"]
+        if value is None:
+            continue
+        if owner != policy and policy != "lru":
+            raise LcrInputError(f"{_flag(owner, option)} is an option of --cache-policy {owner}, not {policy}")
+        options[option] = os.path.abspath(value) if option == "model" else value  # the server may run elsewhere
     if policy == "lru":
         if options:
             raise LcrInputError(f"--cache-policy lru is stock SGLang; it takes no {', '.join(sorted(options))}")
@@ -80,8 +97,7 @@ def translate(argv: list[str]) -> list[str]:
     if clash:
         raise LcrInputError(f"--cache-policy {policy} sets {', '.join(clash)} itself; drop it")
     config = PolicyConfig.parse(policy, options)  # unknown or out-of-range options fail here
-    if "predictor_url" in options:
-        make_serving_predictor(options)  # unreachable at start: a clear error now, not later
+    build_policy(config, 1)  # so do values only the policy checks, and an unreachable predictor_url
     return [*rest, "--radix-cache-backend", f"lcr-{policy}",
             "--radix-eviction-policy-config", json.dumps(config.options)]
 

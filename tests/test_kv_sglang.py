@@ -28,7 +28,7 @@ from lcr.cli import main  # noqa: E402
 from lcr.errors import LcrInputError  # noqa: E402
 from lcr.integrations import sglang as integ  # noqa: E402
 from lcr.integrations.sglang_sim import MockAllocator, build_cache, replay_sglang  # noqa: E402
-from lcr.kv import LRU, PathOracle, build_workload, make_policy, replay_lcr  # noqa: E402
+from lcr.kv import PathOracle, RadixLRU, build_workload, make_policy, replay_lcr  # noqa: E402
 from lcr.traces import generate  # noqa: E402
 
 
@@ -60,7 +60,7 @@ def test_the_sglang_driver_feeds_laru_s_shadow_lru_the_same_requests():
     capacity = w.distinct_tokens // 10
     inverted = policy("laru", w, capacity, 1.0)
     hits = replay_sglang(w, capacity, inverted)
-    assert inverted.shadow is not None and inverted.shadow.hits == replay_lcr(w, capacity, LRU())
+    assert inverted.shadow is not None and inverted.shadow.hits == replay_lcr(w, capacity, RadixLRU())
     assert hits == replay_lcr(w, capacity, policy("laru", w, capacity, 1.0))
     blocks = integ.request_blocks([7, 7, 9, 9, 9, 4], page_size=2, sim_keys=True)
     assert blocks == ([7, 9, 4], [2, 3, 1])
@@ -98,7 +98,7 @@ def test_a_failing_predictor_falls_back_to_lru_inside_sglang():
     w = online_qa()
     capacity = w.distinct_tokens // 10
     laru = make_policy("laru", w, predictor=Broken())
-    assert replay_sglang(w, capacity, laru) == replay_lcr(w, capacity, LRU())
+    assert replay_sglang(w, capacity, laru) == replay_lcr(w, capacity, RadixLRU())
     assert laru.stats.extra["predictor_fallbacks"] > 0
 
 
@@ -126,11 +126,11 @@ def _params(config=None):
 
 
 def test_laru_radix_cache_consumes_its_config_and_uses_its_own_tree_core():
-    params = _params({"b": 4, "shrink_every": 2, "predictor": "intervals"})
+    params = _params({"b": 4, "slack": 0.02, "predictor": "intervals"})
     cache = integ.LARURadixCache(params)
     assert params.eviction_policy_config is None  # SGLang's built-in strategy must not see it
     assert isinstance(cache.tree_core, integ.PolicyTreeCore)
-    assert cache.driver.policy.b == 4 and cache.driver.policy.shrink_every == 2
+    assert cache.driver.policy.b == 4 and cache.driver.policy.slack == 0.02
 
 
 def test_bad_backend_config_is_a_clear_error():
@@ -149,6 +149,15 @@ def test_backends_register_once_and_the_plugin_entry_point_is_declared():
     names = {ep.value for ep in entry_points(group="sglang.srt.plugins")}
     if "sglang_patch:register" not in names:
         pytest.skip("lcr's install metadata predates the entry point; reinstall with pip install -e .")
+
+
+def test_the_sglang_backends_are_the_registry_s_served_policies():
+    from lcr.kv import registry
+
+    assert set(integ.CACHE_CLASSES) == set(registry.SERVED) == {"laru", "fpb", "hf", "rlt", "lpc"}
+    assert integ.LARURadixCache is integ.cache_class("laru") and integ.LARURadixCache.policy_name == "laru"
+    with pytest.raises(LcrInputError, match="unknown cache policy 'opt'"):
+        integ.cache_class("opt")
 
 
 @pytest.mark.parametrize("name", ["laru", "fpb", "hf"])

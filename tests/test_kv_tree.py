@@ -9,9 +9,9 @@ import pytest
 from conftest import real_trace
 from lcr.cli import main
 from lcr.errors import LcrInputError
-from lcr.kv import (LARU, LRU, RLT, BlockWorkload, PathOracle, RadixTree,
+from lcr.kv import (BlockWorkload, PathOracle, RadixLARU, RadixLRU, RadixRLT, RadixTree,
                     build_workload, make_policy, replay_lcr, run_sweep)
-from lcr.kv.policies import FPB, LeafPolicy
+from lcr.kv.policies import LeafPolicy, RadixFPB
 from lcr.traces import Trace, generate
 
 
@@ -32,14 +32,14 @@ def serve_all(w: BlockWorkload, capacity: int, policy: LeafPolicy) -> tuple[Radi
 
 def test_a_block_helps_only_behind_its_whole_prefix():
     w = workload([1, 2, 3], [9, 2, 3], [1, 2, 4], [1, 2, 3])
-    _, hits = serve_all(w, 1000, LRU())
+    _, hits = serve_all(w, 1000, RadixLRU())
     # [9,2,3] shares raw ids 2,3 but not their prefix: nothing cached for it.
     assert hits == [0, 0, 20, 30]
 
 
 def test_divergence_inside_a_node_splits_it_and_keeps_both_parts():
     w = workload([1, 2, 3, 4], [1, 2, 7])
-    tree, hits = serve_all(w, 1000, LRU())
+    tree, hits = serve_all(w, 1000, RadixLRU())
     assert hits == [0, 20]
     sizes = sorted(node.size for node in tree.nodes.values())
     assert sizes == [10, 20, 20]  # [1,2] above [3,4] and [7]
@@ -58,7 +58,7 @@ def test_partial_last_blocks_take_their_size_from_input_length():
 def test_only_leaves_are_evicted_and_parents_go_after_their_children():
     # Shared prefix [1] under two branches; room for 3 blocks.
     w = workload([1, 2], [1, 3], [4])
-    tree, hits = serve_all(w, 30, LRU())
+    tree, hits = serve_all(w, 30, RadixLRU())
     # Serving [4] needs 10 tokens: the oldest leaf [2] goes, the shared [1] stays.
     assert hits == [0, 10, 0]
     assert tree.used_tokens == 30
@@ -67,7 +67,7 @@ def test_only_leaves_are_evicted_and_parents_go_after_their_children():
 
 def test_a_request_larger_than_the_cache_keeps_what_fits():
     w = workload([1, 2, 3, 4, 5])
-    tree, hits = serve_all(w, 25, LRU())
+    tree, hits = serve_all(w, 25, RadixLRU())
     assert hits == [0] and tree.used_tokens == 20
 
 
@@ -98,7 +98,7 @@ def test_the_in_flight_request_path_is_never_offered_for_eviction():
 
 def test_eviction_of_more_than_is_evictable_returns_what_it_freed():
     w = workload([1, 2], [3])
-    tree, _ = serve_all(w, 100, LRU())
+    tree, _ = serve_all(w, 100, RadixLRU())
     tree.lock(tree.nodes[w.requests[0].paths[0]])
     freed = tree.evict(10_000, None, now=5)
     assert freed == 10  # only [3] was unlocked
@@ -157,7 +157,7 @@ def test_laru_under_fully_inverted_predictions_stays_near_lru_and_beats_fpb():
 def test_prediction_induced_misses_shrink_the_window_towards_lru():
     w = build_workload(generate("online_qa:conversations=600,seed=2"))
     capacity = w.distinct_tokens * 8 // 100
-    policy = LARU(PathOracle(w, 1.0))
+    policy = RadixLARU(PathOracle(w, 1.0))
     replay_lcr(w, capacity, policy)
     assert policy.stats.extra["prediction_induced_misses"] > 0
     assert policy.stats.lru_evictions > 0
@@ -170,8 +170,8 @@ def test_a_failing_predictor_falls_back_to_lru_and_is_counted(caplog):
 
     w = small_online_qa()
     capacity = w.distinct_tokens // 20
-    lru = replay_lcr(w, capacity, LRU())
-    for policy in (LARU(Broken()), FPB(Broken())):
+    lru = replay_lcr(w, capacity, RadixLRU())
+    for policy in (RadixLARU(Broken()), RadixFPB(Broken())):
         assert replay_lcr(w, capacity, policy) == lru
         assert policy.stats.extra["predictor_fallbacks"] > 0
     assert sum("predictor failed" in r.message for r in caplog.records) == 2  # once per policy
@@ -180,8 +180,8 @@ def test_a_failing_predictor_falls_back_to_lru_and_is_counted(caplog):
 def test_rlt_is_seeded_and_spares_marked_leaves():
     w = small_online_qa()
     capacity = w.distinct_tokens // 20
-    assert replay_lcr(w, capacity, RLT(seed=3)) == replay_lcr(w, capacity, RLT(seed=3))
-    rlt = RLT(seed=0)
+    assert replay_lcr(w, capacity, RadixRLT(seed=3)) == replay_lcr(w, capacity, RadixRLT(seed=3))
+    rlt = RadixRLT(seed=0)
     RadixTree(1000, rlt)  # binds the policy to a tree
     rlt.marked = {1}
     assert rlt.pick_victim([1, 2], now=0) == 2
@@ -256,8 +256,8 @@ def test_node_features_follow_real_accesses():
 
     w = workload([1, 2], [1, 3], [1, 2], [4])
     predictor, full = RecentIntervalsPredictor(), Full()
-    serve_all(w, 1000, LARU(predictor))
-    serve_all(w, 1000, LARU(full))
+    serve_all(w, 1000, RadixLARU(predictor))
+    serve_all(w, 1000, RadixLARU(full))
     shared, branch = w.requests[0].paths[0], w.requests[0].paths[1]
     for f in (predictor.features, full.features):
         assert f.last[shared] == 2 and f.intervals[shared] == [1, 1]

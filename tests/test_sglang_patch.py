@@ -7,7 +7,7 @@ import pytest
 
 from lcr.errors import LcrInputError
 from lcr.integrations.sglang_config import PolicyConfig, build_policy
-from lcr.kv.policies import HF, LARU, RLT
+from lcr.kv.policies import RadixHF, RadixLARU, RadixRLT
 from sglang_patch.launch_server import main, translate
 
 
@@ -39,7 +39,7 @@ def test_unknown_policy_lists_the_valid_ones(capsys):
 
 @pytest.mark.parametrize("argv, message", [
     (["--cache-policy", "lru", "--laru-b", "2"], "stock SGLang"),
-    (["--cache-policy", "rlt", "--laru-b", "2"], "rlt options: unknown b"),
+    (["--cache-policy", "rlt", "--laru-b", "2"], "--laru-b is an option of --cache-policy laru, not rlt"),
     (["--cache-policy", "laru", "--radix-cache-backend", "x"], "sets --radix-cache-backend itself"),
     (["--cache-policy", "laru", "--predictor-url", "http://127.0.0.1:9/predict"], "is unreachable"),
 ])
@@ -60,18 +60,16 @@ def test_options_json_is_validated():
 
 
 def test_options_build_the_policy():
-    laru = build_policy(PolicyConfig.parse("laru", '{"b": 4, "shrink_every": 3}'), 10_000)
-    assert isinstance(laru, LARU) and laru.b == 4 and laru.shrink_every == 3
-    assert isinstance(build_policy(PolicyConfig.parse("hf", {"window": 8}), 10_000), HF)
-    assert isinstance(build_policy(PolicyConfig.parse("rlt", None), 10_000), RLT)
+    laru = build_policy(PolicyConfig.parse("laru", '{"b": 4, "confidence": "balance"}'), 10_000)
+    assert isinstance(laru, RadixLARU) and laru.b == 4 and laru.confidence == "balance"
+    assert isinstance(build_policy(PolicyConfig.parse("hf", {"window": 8}), 10_000), RadixHF)
+    assert isinstance(build_policy(PolicyConfig.parse("rlt", None), 10_000), RadixRLT)
 
 
 @pytest.mark.parametrize("flags, message", [
     (["--laru-b", "0.5"], "laru option b (LARU's lambda divisor) must be > 1, got 0.5"),
     (["--laru-b", "1"], "must be > 1, got 1"),
-    (["--laru-k", "0"], "laru option k (LARU's cache size in nodes) must be >= 1, got 0"),
-    (["--laru-k", "2.5"], "argument --laru-k: invalid int value: '2.5'"),
-    (["--laru-shrink-every", "-1"], "shrink_every (prediction-induced misses per lambda step, 0: k // 32) must be >= 0"),
+    (["--laru-b", "x"], "argument --laru-b: invalid float value: 'x'"),
     (["--predictor-timeout-ms", "-5"], "predictor_timeout_ms (predictor timeout) must be > 0, got -5"),
     (["--predictor-timeout-ms", "nan"], "must be a finite number"),
     (["--predictor-backoff-s", "-1"], "predictor_backoff_s"),
@@ -98,7 +96,5 @@ def test_other_policies_options_are_checked_at_launch(policy, flags, message, ca
 def test_backend_config_json_gets_the_same_checks():
     with pytest.raises(LcrInputError, match="laru option b .* must be > 1"):
         PolicyConfig.parse("laru", '{"b": 0.5}')
-    with pytest.raises(LcrInputError, match="laru option k .* must be an integer, got True"):
-        PolicyConfig.parse("laru", '{"k": true}')
     with pytest.raises(LcrInputError, match="hf option window .* must be an integer, got '4'"):
         PolicyConfig.parse("hf", '{"window": "4"}')

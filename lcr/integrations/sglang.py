@@ -7,11 +7,14 @@ Python TreeCore that forward those moments to one ``lcr.kv`` ``LeafPolicy`` thro
 a ``PolicyDriver``, so SGLang's tree makes exactly the choices lcr's own tree makes.
 SGLang keeps the locks: a victim is only ever picked from its evictable leaves.
 
-The backends register as ``lcr-laru``, ``lcr-fpb``, ``lcr-hf`` and ``lcr-rlt`` (see
-``register_backends``; ``sglang_patch`` calls it from SGLang's plugin hook).
+Every policy the radix registry (``lcr.kv.registry``) marks as served gets a backend
+``lcr-<name>`` with its own ``PolicyRadixCache`` subclass (``cache_class``; e.g.
+``lcr-laru``, ``LARURadixCache``); ``register_backends`` registers them, and
+``sglang_patch`` calls it from SGLang's plugin hook.
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import time
@@ -28,7 +31,8 @@ from sglang.srt.mem_cache.unified_cache.unified_tree_core import UnifiedTreeCore
 from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 
 from lcr._native import prefix_keys
-from lcr.integrations.sglang_config import PolicyConfig, build_policy
+from lcr.integrations.sglang_config import PolicyConfig, build_policy, served
+from lcr.kv import registry
 from lcr.kv.policies import CacheView, LeafPolicy
 
 log = logging.getLogger("lcr.sglang")
@@ -416,34 +420,23 @@ def _predictor_line(policy) -> str:
     return f"; predictor {name}" + (f" (answered by {serving} until it fits)" if serving != name else "")
 
 
-class LARURadixCache(PolicyRadixCache):
-    policy_name = "laru"
+@functools.cache
+def cache_class(policy: str) -> type[PolicyRadixCache]:
+    """The radix cache serving ``policy`` (one class per policy: SGLang builds a
+    backend's cache from a class)."""
+    served(policy)
+    name = f"{policy.upper().replace('-', '_')}RadixCache"
+    return type(name, (PolicyRadixCache,), {"policy_name": policy, "__module__": __name__,
+                                            "__doc__": f"PolicyRadixCache serving {policy}."})
 
 
-class FPBRadixCache(PolicyRadixCache):
-    policy_name = "fpb"
+CACHE_CLASSES: dict[str, type[PolicyRadixCache]] = {name: cache_class(name) for name in registry.SERVED}
+globals().update({cls.__name__: cls for cls in CACHE_CLASSES.values()})  # e.g. LARURadixCache
 
 
-class HFRadixCache(PolicyRadixCache):
-    policy_name = "hf"
-
-
-class RLTRadixCache(PolicyRadixCache):
-    policy_name = "rlt"
-
-
-class LPCRadixCache(PolicyRadixCache):
-    policy_name = "lpc"
-
-
-CACHE_CLASSES: dict[str, type[PolicyRadixCache]] = {
-    cls.policy_name: cls for cls in (LARURadixCache, FPBRadixCache, HFRadixCache, RLTRadixCache,
-                                     LPCRadixCache)}
-
-
-def _backend_factory(cache_class: type[PolicyRadixCache]) -> Callable:
+def _backend_factory(cls: type[PolicyRadixCache]) -> Callable:
     def factory(ctx):
-        return create_unified_radix_cache(ctx, cache_class=cache_class)
+        return create_unified_radix_cache(ctx, cache_class=cls)
     return factory
 
 
@@ -455,6 +448,6 @@ def register_backends() -> None:
     if TREE_CORE_NAME not in registered_tree_core_backends():
         register_tree_core_backend(TREE_CORE_NAME, _tree_core_factory)
     known = set(registered_radix_cache_backends())
-    for name, cls in CACHE_CLASSES.items():
+    for name in registry.SERVED:
         if BACKEND_PREFIX + name not in known:
-            register_radix_cache_backend(BACKEND_PREFIX + name, _backend_factory(cls))
+            register_radix_cache_backend(BACKEND_PREFIX + name, _backend_factory(cache_class(name)))

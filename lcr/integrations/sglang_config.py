@@ -8,23 +8,33 @@ import logging
 import math
 from dataclasses import dataclass, field
 
+import lcr.lpc.sim  # noqa: F401  (registers lpc, which SGLang serves)
 from lcr.errors import LcrInputError
-from lcr.kv import policies as P
 from lcr.integrations.serving_predictor import GuardedPredictor, ServiceNodePredictor, check_service_url
+from lcr.kv import registry
+from lcr.kv.policies import LeafPolicy
 from lcr.kv.predictors import LearnedNodePredictor, RecentIntervalsPredictor
 
 log = logging.getLogger(__name__)
 
-_PREDICTOR_OPTIONS = {"predictor", "predictor_url", "predictor_timeout_ms", "predictor_backoff_s",
-                      "predictor_budget_ms"}
-POLICY_OPTIONS = {
-    "laru": {"b", "k", "shrink_every", *_PREDICTOR_OPTIONS},
-    "fpb": set(_PREDICTOR_OPTIONS),
-    "hf": {"window", *_PREDICTOR_OPTIONS},
-    "rlt": {"seed"},
-    "lpc": {"scale", "prior", "model", "splitter", "predict_budget_ms",
-            "predict_backoff_s"},  # lcr.lpc.serving
-}
+PREDICTOR_OPTIONS = ("predictor", "predictor_url", "predictor_timeout_ms", "predictor_backoff_s",
+                     "predictor_budget_ms")
+
+
+def policy_options(policy: str) -> tuple[str, ...]:
+    """What ``--cache-policy policy`` takes: its serving declaration's own options
+    (``lcr.kv.registry``), then the predictor's if it uses predictions."""
+    entry = served(policy)
+    return entry.serving.options() + (PREDICTOR_OPTIONS if entry.predictive else ())
+
+
+def served(policy: str) -> registry.RadixPolicy:
+    """The registry entry of a policy SGLang serves, or a one-line refusal."""
+    if policy not in registry.SERVED:
+        raise LcrInputError(f"unknown cache policy {policy!r}; valid: lru, {', '.join(registry.SERVED)}")
+    return registry.policy(policy)
+
+
 PREDICTORS = ("lightgbm", "intervals")
 DEFAULT_PREDICTOR = "intervals"  # measured best in serving: docs/kv.md, benchmarks/sglang_serving.py
 DEFAULTS = {"predictor_timeout_ms": 50.0, "predictor_backoff_s": 5.0, "predictor_budget_ms": 100.0}
@@ -32,8 +42,6 @@ DEFAULTS = {"predictor_timeout_ms": 50.0, "predictor_backoff_s": 5.0, "predictor
 # option -> (kind, lower bound, bound is exclusive, what it means)
 _RULES = {
     "b": ("number", 1, True, "LARU's lambda divisor"),
-    "k": ("int", 1, False, "LARU's cache size in nodes"),
-    "shrink_every": ("int", 0, False, "prediction-induced misses per lambda step, 0: k // 32"),
     "window": ("int", 1, False, "HF's candidate window"),
     "seed": ("int", 0, False, "RLT's seed"),
     "predictor_timeout_ms": ("number", 0, True, "predictor timeout"),
@@ -45,7 +53,22 @@ _RULES = {
 }
 
 
-def _check_value(policy: str, name: str, value) -> None:
+def option_parameter(policy: str, name: str):
+    """(type, what it means, default) of one of ``policy``'s own serving options, for a
+    command-line flag: the rule's kind, else the type of the declaration's default."""
+    param = registry.declared_parameters(served(policy).serving.declares)[name]
+    default = None if param.default is param.empty else param.default
+    kind, *_, meaning = _RULES.get(name, (None, None, None, name.replace("_", " ")))
+    kind = {"int": int, "number": float}.get(kind)
+    if kind is None:  # the default's type, else the annotation's first type (``float | None``)
+        annotation = str(param.annotation).split("|")[0].strip()
+        kind = type(default) if isinstance(default, (int, float)) and not isinstance(default, bool) else \
+            {"int": int, "float": float}.get(annotation, str)
+    return kind, meaning, default
+
+
+def _check_value(policy: str, name: str, value):
+    """``value`` checked against its rule, integers as ints (JSON may write 4.0)."""
     kind, low, exclusive, meaning = _RULES[name]
     numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
     if kind == "int" and not (numeric and float(value).is_integer()):
@@ -55,6 +78,7 @@ def _check_value(policy: str, name: str, value) -> None:
     if value < low or (exclusive and value == low):
         raise LcrInputError(f"{policy} option {name} ({meaning}) must be {'>' if exclusive else '>='} "
                             f"{low}, got {value:g}")
+    return int(value) if kind == "int" else value
 
 
 def _check_lpc(raw: dict) -> None:
@@ -81,8 +105,7 @@ class PolicyConfig:
     def parse(cls, policy: str, raw) -> "PolicyConfig":
         """Options of ``policy`` from JSON text or a dict; every value checked (one rule
         for the launcher and the backend, so a bad value fails at launch)."""
-        if policy not in POLICY_OPTIONS:
-            raise LcrInputError(f"unknown cache policy {policy!r}; valid: lru, {', '.join(POLICY_OPTIONS)}")
+        valid = policy_options(policy)
         if raw is None or raw == "":
             raw = {}
         if isinstance(raw, str):
@@ -92,13 +115,14 @@ class PolicyConfig:
                 raise LcrInputError(f"{policy} options: malformed JSON ({err.msg})") from None
         if not isinstance(raw, dict):
             raise LcrInputError(f"{policy} options: expected a JSON object, got {type(raw).__name__}")
-        unknown = set(raw) - POLICY_OPTIONS[policy]
+        unknown = set(raw) - set(valid)
         if unknown:
             raise LcrInputError(f"{policy} options: unknown {', '.join(sorted(unknown))}; "
-                                f"valid: {', '.join(sorted(POLICY_OPTIONS[policy]))}")
+                                f"valid: {', '.join(sorted(valid))}")
+        raw = dict(raw)
         for name, value in raw.items():
             if name in _RULES:
-                _check_value(policy, name, value)
+                raw[name] = _check_value(policy, name, value)
         predictor = raw.get("predictor")
         if predictor is not None and predictor not in PREDICTORS:
             raise LcrInputError(f"{policy} options: unknown predictor {predictor!r}; "
@@ -146,19 +170,12 @@ def make_serving_predictor(options: dict, check: bool = True) -> GuardedPredicto
                             pass_budget_s=_option(options, "predictor_budget_ms") / 1000)
 
 
-def build_policy(config: PolicyConfig, capacity_tokens: int, page_size: int = 1) -> P.LeafPolicy:
-    o = config.options
-    if config.policy == "rlt":
-        return P.RLT(seed=int(o.get("seed", 0)), whole_leaf=True)  # SGLang evicts whole nodes
-    if config.policy == "lpc":
-        from lcr.lpc.serving import serving_lpc
-
-        return serving_lpc(**o)
-    predictor = make_serving_predictor(o)
-    if config.policy == "laru":
-        k, shrink_every = o.get("k"), o.get("shrink_every")
-        return P.LARU(predictor, k=None if k is None else int(k), b=float(o.get("b", 2.0)),
-                      shrink_every=None if shrink_every is None else int(shrink_every))
-    if config.policy == "fpb":
-        return P.FPB(predictor)
-    return P.HF(predictor, window=int(o.get("window", 4)))
+def build_policy(config: PolicyConfig, capacity_tokens: int, page_size: int = 1) -> LeafPolicy:
+    """The policy a serving cache runs, built by its registry entry's serving declaration."""
+    serving = served(config.policy).serving
+    own = {k: v for k, v in config.options.items() if k not in PREDICTOR_OPTIONS}
+    leading = (make_serving_predictor(config.options),) if registry.policy(config.policy).predictive else ()
+    try:
+        return serving.target(*leading, **own, **serving.fixed)
+    except (TypeError, ValueError) as err:
+        raise LcrInputError(f"{config.policy} options: {err}") from None

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from array import array
 
-import torch
-
+from lcr.errors import LcrInputError
 from lcr.kv.policies import LeafPolicy
+from lcr.kv.registry import TreeEngine, register_engine
 from lcr.kv.requests import BlockWorkload
 
 
@@ -35,6 +35,8 @@ class MockAllocator:
         return len(self._free)
 
     def alloc(self, count: int):
+        import torch
+
         if count > len(self._free):
             return None
         slots, self._free = self._free[-count:], self._free[:-count] if count else self._free
@@ -96,6 +98,7 @@ def replay_sglang(workload: BlockWorkload, capacity_tokens: int, policy: LeafPol
                   keys: str = "sim", cache=None) -> int:
     """Hit tokens of ``workload`` through SGLang's tree (same contract as ``replay_lcr``).
     ``cache``: an existing ``(cache, allocator)`` to continue with instead of a new one."""
+    import torch
     from sglang.srt.mem_cache.base_prefix_cache import EvictParams, InsertParams, MatchPrefixParams
     from sglang.srt.mem_cache.radix_cache import RadixKey
 
@@ -132,3 +135,19 @@ def replay_sglang(workload: BlockWorkload, capacity_tokens: int, policy: LeafPol
         finally:
             cache.unlock(lock)
     return hits
+
+
+def check_sglang() -> None:
+    """SGLang 0.5.23 can run here, or a one-line error saying what to install."""
+    try:
+        import sglang.srt.mem_cache.unified_radix_cache  # noqa: F401
+    except ImportError as err:
+        hint = ("pip install --no-deps -r sglang_patch/requirements-cpu.txt"
+                if getattr(err, "name", None) != "torchvision" else
+                "CPU-only machines lack a usable torchvision; put tests/sglang_stubs on PYTHONPATH")
+        raise LcrInputError(f"--engine sglang needs SGLang 0.5.23 ({err}); {hint}") from None
+
+
+# Registered here, not in lcr.kv: the radix layer does not know SGLang. Importing this
+# module loads neither torch nor SGLang (a replay does).
+register_engine(TreeEngine("sglang", replay_sglang, "SGLang's tree in simulation mode", check_sglang))

@@ -10,6 +10,9 @@ from lcr.sim.args import (PLOT_SUFFIXES, check_limit, check_seed, parse_noises,
 from lcr.sim.cli import split_policies
 from lcr.sim.report import write_json
 from lcr.sim.sweep import PolicySpec
+import lcr.integrations.sglang_sim  # noqa: F401  (registers --engine sglang and SGLang's own strategies)
+import lcr.lpc.sim  # noqa: F401  (registers the LPC policies)
+from lcr.kv import registry
 from lcr.kv.predictors import parse_predictor
 from lcr.kv.requests import BLOCK_TOKENS, build_workload
 from lcr.kv.sim import ENGINES, POLICIES, run_sweep
@@ -20,12 +23,22 @@ def parse_cache_tokens(text: str, distinct_tokens: int) -> list[int]:
     return parse_sizes(text, distinct_tokens, "--cache-tokens", unit="token")
 
 
-def parse_policies(text: str) -> list[PolicySpec]:
-    """``lru,laru:shrink_every=1;b=4``: commas separate policies, ';' their parameters."""
+def parse_policies(text: str, engine: str | None = None) -> list[PolicySpec]:
+    """``lru,laru:shrink_every=1;b=4``: commas separate policies, ';' their parameters;
+    each checked against the registry (and ``engine``, if given)."""
     specs = [PolicySpec.parse(item, registry=POLICIES) for item in split_policies(text)]
     if not specs:
         raise LcrInputError("--policies: give at least one policy")
+    for spec in specs:
+        registry.policy(spec.name).check(spec.kwargs, engine)
     return specs
+
+
+def policies_help() -> str:
+    builtins = registry.engine_only("sglang")
+    own = [name for name in POLICIES if name not in builtins]
+    return (f"comma-separated, from {', '.join(own)}; parameters after ':' separated by ';'. "
+            f"SGLang's own eviction strategies (--engine sglang only): {', '.join(builtins) or 'none'}")
 
 
 def load_chat(spec: str, limit: int | None):
@@ -57,16 +70,15 @@ def register(subparsers) -> None:
                         "or chat:SHAREGPT.jsonl[,sessions=N,active=M] (interleaved chat replay)")
     p.add_argument("--cache-tokens", required=True,
                    help="cache sizes in tokens, or %% of the trace's distinct tokens (comma-separated)")
-    p.add_argument("--policies", default="lru,laru,fpb,hf,rlt,opt",
-                   help=f"comma-separated, from {', '.join(POLICIES)}")
+    p.add_argument("--policies", default="lru,laru,fpb,hf,rlt,opt", help=policies_help())
     p.add_argument("--predictor", default="oracle",
                    help="oracle, noisy:P, lightgbm (early first fit, recent intervals until then), "
                         "intervals, lightgbm-late (first fit after 10,000 accesses), or lightgbm-belady "
                         "(relaxed-Belady classifier, ranked by age plus a learned bonus)")
     p.add_argument("--noise", default=None,
                    help="worst-case noise probabilities for oracle predictions, e.g. 0,0.5,1")
-    p.add_argument("--engine", default="lcr", choices=ENGINES,
-                   help="lcr: lcr's own tree; sglang: SGLang's tree in simulation mode")
+    p.add_argument("--engine", default="lcr",
+                   help="; ".join(f"{e}: {registry.engine(e).summary}" for e in ENGINES))
     p.add_argument("--block-tokens", type=int, default=BLOCK_TOKENS, help="tokens per full block")
     p.add_argument("--limit", type=int, help="replay only the first N requests, counted as the summary "
                                              "line counts them (prompts, each a chain of blocks)")
@@ -79,7 +91,8 @@ def register(subparsers) -> None:
 def run(args) -> int:
     from lcr.traces import load_trace
 
-    policies = parse_policies(args.policies)
+    registry.engine(args.engine).check()  # can it run here? (before a policy's options load its code)
+    policies = parse_policies(args.policies, args.engine)
     kind, fixed_noise = parse_predictor(args.predictor)
     if fixed_noise is not None and args.noise is not None:
         raise LcrInputError("give the noise either as --predictor noisy:P or as --noise, not both")

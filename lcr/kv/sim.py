@@ -5,46 +5,21 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable
 
 from lcr.errors import LcrInputError
-from lcr.kv import policies as P
+from lcr.kv import registry
+from lcr.kv.policies import LeafPolicy
 from lcr.kv.predictors import make_path_predictor
 from lcr.kv.requests import BlockWorkload
-from lcr.kv.spec import LARUSpec
-from lcr.kv.tree import RadixTree
+from lcr.kv.tree import replay_lcr  # noqa: F401  (the lcr engine's replay, importable from here)
 
-
-PREDICTIVE = ("laru", "fpb", "hf", "laru-spec")
-ENGINES = ("lcr", "sglang")
-
-
-# Each factory takes (workload, predictor, seed, **params); the workload serves OPT's exact future.
-_FACTORIES: dict[str, Callable[..., P.LeafPolicy]] = {
-    "lru": lambda workload, predictor, seed, **params: P.LRU(**params),
-    "laru": lambda workload, predictor, seed, **params: P.LARU(predictor, **params),
-    "fpb": lambda workload, predictor, seed, **params: P.FPB(predictor, **params),
-    "hf": lambda workload, predictor, seed, **params: P.HF(predictor, **params),
-    "rlt": lambda workload, predictor, seed, **params: P.RLT(seed=seed, **params),
-    "opt": lambda workload, predictor, seed, **params: P.FurthestNextUse(workload.next_use, **params),
-    "laru-spec": lambda workload, predictor, seed, **params: LARUSpec(predictor, **params),
-    # LPC (lcr.lpc.sim): chat traces only; model=PATH|oracle
-    "lpc": lambda workload, predictor, seed, **params: _lpc().lpc_policy(workload, **params),
-    "lpc-oracle": lambda workload, predictor, seed, **params: _lpc().lpc_policy(workload, "oracle", **params),
-    "laru-lpc": lambda workload, predictor, seed, **params: _lpc().laru_lpc_policy(workload, **params),
-}
-POLICIES = tuple(_FACTORIES)
-
-
-def _lpc():
-    import lcr.lpc.sim
-
-    return lcr.lpc.sim
+# Live views of lcr.kv.registry: policies and engines registered later show up in them.
+POLICIES, PREDICTIVE, ENGINES = registry.POLICIES, registry.PREDICTIVE, registry.ENGINES
 
 
 def make_policy(name: str, workload: BlockWorkload, *, predictor=None, seed: int = 0,
-                **params) -> P.LeafPolicy:
-    """A fresh policy of the registry above."""
-    if name not in _FACTORIES:
-        raise LcrInputError(f"unknown policy {name!r}; valid: {', '.join(POLICIES)}")
-    return _FACTORIES[name](workload, predictor, seed, **params)
+                **params) -> LeafPolicy:
+    """A fresh policy of the registry (``lcr.kv.registry``); ``workload`` serves OPT's
+    exact future and LPC's chat metadata."""
+    return registry.policy(name).build(workload, predictor, seed, **params)
 
 
 @dataclass
@@ -72,32 +47,20 @@ class KVResult:
         return {**asdict(self), "token_hit_rate": self.hit_rate}
 
 
-def replay_lcr(workload: BlockWorkload, capacity_tokens: int, policy: P.LeafPolicy) -> int:
-    """Hit tokens of ``workload`` through lcr's own tree."""
-    tree = RadixTree(capacity_tokens, policy)
-    return sum(tree.serve(request, now) for now, request in enumerate(workload.requests))
-
-
-def replay_engine(engine: str) -> Callable[[BlockWorkload, int, P.LeafPolicy], int]:
-    if engine == "lcr":
-        return replay_lcr
-    if engine == "sglang":
-        try:
-            from lcr.integrations.sglang_sim import replay_sglang
-            import sglang.srt.mem_cache.unified_radix_cache  # noqa: F401
-        except ImportError as err:
-            hint = ("pip install --no-deps -r sglang_patch/requirements-cpu.txt"
-                    if getattr(err, "name", None) != "torchvision" else
-                    "CPU-only machines lack a usable torchvision; put tests/sglang_stubs on PYTHONPATH")
-            raise LcrInputError(f"--engine sglang needs SGLang 0.5.23 ({err}); {hint}") from None
-        return replay_sglang
-    raise LcrInputError(f"unknown engine {engine!r}; valid: {', '.join(ENGINES)}")
+def replay_engine(name: str) -> Callable[[BlockWorkload, int, LeafPolicy], int]:
+    """The replay of a registered tree engine, once it has said it can run here."""
+    engine = registry.engine(name)
+    engine.check()
+    return engine.replay
 
 
 def run_sweep(workload: BlockWorkload, capacities: list[int], policies: list, noises: list[float],
               *, predictor: str = "oracle", engine: str = "lcr", seed: int = 0,
               progress: Callable[[str], None] | None = None) -> list[KVResult]:
     replay = replay_engine(engine)
+    specs = [_spec_parts(spec) for spec in policies]
+    for name, _, params in specs:  # refused before anything runs
+        registry.policy(name).check(params, engine)
     results = []
     for capacity in capacities:
         # OPT runs once per size: it is every cost ratio's denominator.
@@ -105,8 +68,7 @@ def run_sweep(workload: BlockWorkload, capacities: list[int], policies: list, no
         opt = _result(workload, engine, "opt", capacity, None,
                       replay(workload, capacity, opt_policy), opt_policy)
         opt_missed = opt.missed_tokens
-        for spec in policies:
-            name, label, params = _spec_parts(spec)
+        for name, label, params in specs:
             levels = noises if name in PREDICTIVE else [None]
             for noise in levels:
                 if name == "opt":

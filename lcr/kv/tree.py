@@ -211,3 +211,9 @@ def _depths(path: list[Node]) -> list[int]:
         total += node.size
         out.append(total)
     return out
+
+
+def replay_lcr(workload, capacity_tokens: int, policy: LeafPolicy) -> int:
+    """Hit tokens of a ``BlockWorkload`` through lcr's own tree."""
+    tree = RadixTree(capacity_tokens, policy)
+    return sum(tree.serve(request, now) for now, request in enumerate(workload.requests))

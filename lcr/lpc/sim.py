@@ -14,7 +14,8 @@ of LRU; ``confidence=earned`` gives the old behaviour.
 from __future__ import annotations
 
 from lcr.errors import LcrInputError
-from lcr.kv.policies import LARU
+from lcr.kv.policies import RadixLARU
+from lcr.kv.registry import RadixPolicy, Serving, register_policy
 from lcr.lpc.policy import LPC, SCALE, ContinuationKeys, ContinuationNextAccess
 
 
@@ -55,9 +56,23 @@ def lpc_policy(workload, model: str | None = None, invert: int = 0, scale: float
 
 
 def laru_lpc_policy(workload, model: str | None = None, invert: int = 0, scale: float = SCALE,
-                    **laru_params) -> LARU:
+                    **laru_params) -> RadixLARU:
     if model is None:
         raise LcrInputError("policy laru-lpc needs model=PATH (from lcr lpc-train) or model=oracle")
     # LARU sees LPC's order; flipping is done on the probabilities, as for lpc.
     predictor = ContinuationNextAccess(continuation_keys(workload, model, bool(invert), scale))
-    return LARU(predictor, **{"confidence": "balance", **laru_params})
+    return RadixLARU(predictor, **{"confidence": "balance", **laru_params})
+
+
+# Registered here, not in lcr.kv: the radix layer does not know LPC. Imported by the
+# places that run these policies (``lcr sim-kv``, the SGLang integration).
+register_policy(RadixPolicy(
+    "lpc", lambda workload, pred, seed, **o: lpc_policy(workload, **o), (lpc_policy,),
+    "LPC on a chat trace (model=PATH from lcr lpc-train, or model=oracle)", fixed=("workload",),
+    serving=Serving("lcr.lpc.serving:serving_lpc")))
+register_policy(RadixPolicy(
+    "lpc-oracle", lambda workload, pred, seed, **o: lpc_policy(workload, "oracle", **o), (lpc_policy,),
+    "LPC fed the truth (the paper's Oracle)", fixed=("workload", "model")))
+register_policy(RadixPolicy(
+    "laru-lpc", lambda workload, pred, seed, **o: laru_lpc_policy(workload, **o),
+    (laru_lpc_policy, RadixLARU), "LARU whose predictor is LPC's probability", fixed=("workload", "predictor")))

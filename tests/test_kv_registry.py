@@ -1,0 +1,103 @@
+"""The radix registry (lcr.kv.registry): every consumer derives from it, unknown
+parameters are refused wherever they enter, and lcr.kv imports nothing above it.
+No SGLang needed (the launcher and backend options are checked without it). ~3 s;
+the SGLang backends' side is in test_kv_sglang.py."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+import sglang_patch.launch_server as launcher
+from lcr.cli import main
+from lcr.errors import LcrInputError
+from lcr.integrations import sglang_config
+from lcr.kv import registry
+from lcr.kv.policies import RadixLRU
+
+
+def test_importing_the_radix_layer_pulls_in_nothing_above_it():
+    # A fresh interpreter: this process has lcr.lpc and the integrations loaded already.
+    code = ("import sys, lcr.kv, lcr.kv.sim\n"
+            "bad = sorted(m for m in sys.modules if m.startswith(('lcr.lpc', 'lcr.integrations', 'sglang')))\n"
+            "print(','.join(bad))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "", f"lcr.kv imports upwards: {out.stdout.strip()}"
+
+
+class RadixMRU(RadixLRU):
+    """A policy made for the test: the most recently used leaf, with one option."""
+
+    name = "test-mru"
+
+    def __init__(self, depth: int = 1):
+        super().__init__()
+        self.depth = depth
+
+    def pick_victim(self, leaves, now):
+        return max(leaves, key=lambda k: (self.last_access.get(k, -1), k))
+
+
+@pytest.fixture
+def mru():
+    entry = registry.register_policy(registry.RadixPolicy(
+        "test-mru", lambda w, pred, seed, **o: RadixMRU(**o), (RadixMRU,), "a test policy",
+        serving=registry.Serving(RadixMRU)))
+    try:
+        yield entry
+    finally:
+        del registry._POLICIES["test-mru"]
+
+
+def test_one_registry_entry_reaches_every_consumer(mru, capsys):
+    from lcr.kv.sim import POLICIES, make_policy
+
+    assert "test-mru" in POLICIES and isinstance(make_policy("test-mru", None, depth=2), RadixMRU)
+    assert main(["sim-kv", "online_qa:conversations=20", "--cache-tokens", "5%",
+                 "--policies", "lru,test-mru:depth=2"]) == 0
+    assert "test-mru:depth=2" in capsys.readouterr().out
+    # SGLang: an option table and a launcher flag, from the constructor's own parameters
+    assert sglang_config.policy_options("test-mru") == ("depth",)
+    assert isinstance(sglang_config.build_policy(sglang_config.PolicyConfig.parse("test-mru", {"depth": 3}), 100),
+                      RadixMRU)
+    out = launcher.translate(["--cache-policy", "test-mru", "--test-mru-depth", "3"])
+    assert out == ["--radix-cache-backend", "lcr-test-mru", "--radix-eviction-policy-config", '{"depth": 3}']
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--policies", "lru,laru:k=4"], "policy 'laru': unknown option 'k'; valid: b, slack, confidence"),
+    (["--policies", "lru:b=2"], "policy 'lru': unknown option 'b'; valid: none"),
+    (["--policies", "rlt:seed=3"], "policy 'rlt': unknown option 'seed'"),  # --seed seeds it
+    (["--policies", "lru", "--engine", "tpu"], "unknown engine 'tpu'; valid: lcr, sglang"),
+])
+def test_sim_kv_refuses_an_unknown_option_in_one_line(argv, message, capsys):
+    assert main(["sim-kv", "online_qa:conversations=10", "--cache-tokens", "1000", *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1, err
+
+
+def test_an_unknown_sglang_option_is_refused():
+    with pytest.raises(LcrInputError, match="laru options: unknown k; valid: b, confidence, predictor"):
+        sglang_config.PolicyConfig.parse("laru", {"k": 4})
+    with pytest.raises(LcrInputError, match="unknown cache policy 'laru-spec'; valid: lru, laru, fpb, hf, rlt, lpc"):
+        sglang_config.PolicyConfig.parse("laru-spec", {})  # not served
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--cache-policy", "laru", "--laru-k", "4"], "unknown flag --laru-k; laru's flags: --laru-b"),
+    (["--cache-policy", "laru", "--laru-shrink-every=2"], "unknown flag --laru-shrink-every"),
+    (["--cache-policy", "hf", "--rlt-seed", "2"], "--rlt-seed is an option of --cache-policy rlt, not hf"),
+    (["--cache-policy", "laru", "--laru-confidence", "earned"], "laru confidence must be one of"),
+])
+def test_an_unknown_launcher_flag_is_refused_in_one_line(argv, message, capsys):
+    assert launcher.main([*argv, "--model-path", "m"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1, err
+
+
+def test_options_come_from_the_declaration():
+    assert registry.policy("hf").options() == ("window",)
+    assert registry.policy("rlt").serving.options() == ("seed",)  # whole_leaf is fixed when served
+    assert registry.policy("laru-lpc").options()[:3] == ("model", "invert", "scale")
+    assert set(registry.policy("laru").options()) <= set(registry.policy("laru-lpc").options())
