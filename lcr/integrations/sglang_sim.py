@@ -1,5 +1,11 @@
 """``lcr sim-kv --engine sglang``: SGLang's real radix tree driven by a block workload.
 
+``SGLangStrategy`` runs one of SGLang's own eviction strategies (``lfu``, ``slru``, ...:
+its ``evict_policy.py`` classes) the same way: a stock ``UnifiedRadixCache`` on SGLang's
+Python TreeCore, whose FULL component ranks the evictable leaves with the strategy
+object's ``get_priority``, so no lcr code takes part in the choice. (A live server's
+default Rust TreeCore re-implements these strategies natively.)
+
 The KV pool is a mock allocator (slot numbers only, no tensors of KV); every block
 becomes ``tokens`` copies of its path id, so SGLang's nodes split exactly where lcr's
 do and a node's first token is the key lcr's policies know it by. Each request runs
@@ -17,7 +23,8 @@ from array import array
 
 from lcr.errors import LcrInputError
 from lcr.kv.policies import LeafPolicy
-from lcr.kv.registry import TreeEngine, register_engine
+from lcr.kv.registry import RadixPolicy, TreeEngine, register_engine, register_policy
+from lcr.policies.base import PolicyStats
 from lcr.kv.requests import BlockWorkload
 
 
@@ -49,9 +56,24 @@ class MockAllocator:
         self.free(indices)
 
 
-def build_cache(policy: LeafPolicy, capacity_tokens: int, sim_keys: bool = True):
+class SGLangStrategy:
+    """One of SGLang's own eviction strategies, by its ``--radix-eviction-policy`` name
+    and constructor options: ``build_cache`` hands both to SGLang's stock tree."""
+
+    uses_predictions = False
+    #: SGLang counts a node's hits when a finished request is inserted, so a request
+    #: served whole from the cache is inserted too (lcr's policies see it at the match).
+    counts_hits_at_insert = True
+
+    def __init__(self, name: str, **options):
+        self.name, self.options = name, options
+        self.stats = PolicyStats()
+
+
+def build_cache(policy, capacity_tokens: int, sim_keys: bool = True):
     from sglang.srt.mem_cache.cache_init_params import CacheInitParams
     from sglang.srt.mem_cache.unified_cache.components import ComponentType
+    from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 
     from lcr.integrations.sglang import PolicyRadixCache, register_backends
 
@@ -59,6 +81,10 @@ def build_cache(policy: LeafPolicy, capacity_tokens: int, sim_keys: bool = True)
     allocator = MockAllocator(capacity_tokens)
     params = CacheInitParams(disable=False, req_to_token_pool=None, token_to_kv_pool_allocator=allocator,
                              page_size=1, tree_components=(ComponentType.FULL,))
+    if isinstance(policy, SGLangStrategy):
+        params.eviction_policy, params.eviction_policy_config = policy.name, policy.options or None
+        params.tree_core_backend = "python"  # the TreeCore that calls the strategy object
+        return UnifiedRadixCache(params), allocator
     cache = PolicyRadixCache(params, policy=policy, sim_keys=sim_keys)
     return cache, allocator
 
@@ -112,6 +138,9 @@ def replay_sglang(workload: BlockWorkload, capacity_tokens: int, policy: LeafPol
         matched = match.device_prefix_len
         hits += matched
         if matched == len(tokens):
+            if getattr(policy, "counts_hits_at_insert", False):
+                cache.insert(InsertParams(key=RadixKey(tokens), prev_prefix_len=matched,
+                                          value=cache.path_device_indices(match.last_device_node)[:matched]))
             continue
         lock = cache.lock(match.last_device_node)
         try:
@@ -151,3 +180,15 @@ def check_sglang() -> None:
 # Registered here, not in lcr.kv: the radix layer does not know SGLang. Importing this
 # module loads neither torch nor SGLang (a replay does).
 register_engine(TreeEngine("sglang", replay_sglang, "SGLang's tree in simulation mode", check_sglang))
+
+
+def _register_strategy(name: str, strategy: str, summary: str) -> None:
+    """One of SGLang's built-in strategies, its options read from its class in
+    ``sglang.srt.mem_cache.evict_policy`` (loaded only when they are asked for)."""
+    register_policy(RadixPolicy(name, lambda w, pred, seed, **o: SGLangStrategy(name, **o),
+                                (f"sglang.srt.mem_cache.evict_policy:{strategy}",), f"SGLang's {summary}",
+                                engines=("sglang",)))
+
+
+_register_strategy("slru", "SLRUStrategy", "segmented LRU: leaves hit fewer than protected_threshold "
+                                           "times go first, least recent first")
