@@ -138,3 +138,22 @@ def test_reader_errors_for_missing_files_unknown_formats_and_torn_records(tmp_pa
         generate("zipfian:alpha=1")
     with pytest.raises(LcrInputError, match="expected float, got 'x'"):
         load_trace("zipf:alpha=x")
+
+
+def test_lpc_registers_its_sharegpt_generator_and_traces_do_not_know_it():
+    """lcr.traces imports nothing above it: LPC's chat replay is offered once lcr.lpc is
+    imported (the lcr command always imports it). A name cannot be taken twice."""
+    import subprocess
+    import sys
+
+    code = ("import lcr.traces as t; before = 'sharegpt' in t.GENERATORS; import lcr.lpc; "
+            "print(before, 'sharegpt' in t.GENERATORS, t.is_generator_spec('sharegpt:conversations=5'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == ["False", "True", "True"], out.stderr
+    from lcr.traces import register_generator
+    from lcr.traces.generators import GENERATORS, zipf
+
+    register_generator("zipf", zipf)  # the same function again: nothing happens
+    with pytest.raises(ValueError, match="'zipf' is already registered"):
+        register_generator("zipf", lambda requests=1: None)
+    assert GENERATORS["zipf"] is zipf

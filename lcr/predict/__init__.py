@@ -5,10 +5,13 @@ Registry names: the experiment predictors (``oracle``, ``lognormal``, ``constant
 and ``lightgbm``, ``lightgbm-compact``, ``lightgbm-weak``. After a colon, ``;``-separated
 items: ``sync`` or ``async`` (how the policies query it) and, for a learned model, its
 schedule: ``lightgbm:async;retrain_every=5000;window=40000``. ``lightgbm``'s default
-schedule is ``LIGHTGBM_SCHEDULE``, the measured best.
+schedule is ``LIGHTGBM_SCHEDULE``, the measured best. A name is parsed once, where it
+enters, into a ``PredictorSpec``; the functions below take that spec (or a name, which
+they parse: the entry point for callers holding strings).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from types import MappingProxyType
 
 import numpy as np
@@ -35,74 +38,104 @@ PREDICTOR_HELP = (f"{', '.join(EXPERIMENTAL)} or {', '.join(LEARNED)}; after a c
                   f"(e.g. lightgbm:async;window=80000)")
 
 
+@dataclass(frozen=True)
+class PredictorSpec:
+    """A ``--predictor`` value, parsed once where it enters (``PredictorSpec.parse``) and
+    passed down as this object, so nothing below reads the name again.
+
+    ``kind``: a registry name; ``mode``: ``sync``, ``async`` or None (not said; the
+    simulator then replays a learned model async); ``options``: a learned model's schedule
+    as ``(name, value)`` pairs, in the order given. ``str(spec)`` is the canonical name,
+    which parses back to an equal spec (it keys the prediction cache and the reports)."""
+
+    kind: str
+    mode: str | None = None
+    options: tuple[tuple[str, int], ...] = ()
+
+    @classmethod
+    def parse(cls, value: "str | PredictorSpec") -> "PredictorSpec":
+        """``lightgbm:async;window=80000`` -> ``PredictorSpec("lightgbm", "async",
+        (("window", 80000),))``; a spec is returned as it is. Raises ``LcrInputError``
+        naming the bad part, ``TypeError`` for anything but a string or a spec."""
+        if isinstance(value, PredictorSpec):
+            return value
+        if not isinstance(value, str):
+            raise TypeError(f"predictor: expected a name or a PredictorSpec, got {type(value).__name__}")
+        kind, _, rest = value.partition(":")
+        if kind not in EXPERIMENTAL and kind not in LEARNED:
+            raise LcrInputError(f"unknown predictor {value!r}; valid: {PREDICTOR_HELP}")
+        mode, options = None, {}
+        for item in filter(None, (part.strip() for part in rest.split(";"))):
+            key, eq, number = item.partition("=")
+            if not eq and key in QUERY_MODES and mode is None:
+                mode = key
+            elif eq and kind in LEARNED and key in LEARNED_OPTIONS and key not in options:
+                try:
+                    options[key] = int(number)
+                except ValueError:
+                    options[key] = 0
+                if options[key] < 1:
+                    raise LcrInputError(f"predictor {value!r}: {key} must be a positive integer, got {number!r}")
+            else:
+                raise LcrInputError(f"predictor {value!r}: unexpected {item!r}; valid: {PREDICTOR_HELP}")
+        return cls(kind, mode, tuple(options.items()))
+
+    def __str__(self) -> str:
+        items = ([self.mode] if self.mode else []) + [f"{key}={value}" for key, value in self.options]
+        return f"{self.kind}:{';'.join(items)}" if items else self.kind
+
+    @property
+    def learned(self) -> bool:
+        """An online-trained model (``LEARNED``), not an experiment built from the trace."""
+        return self.kind in LEARNED
+
+    @property
+    def has_array(self) -> bool:
+        """Whether the answers are fixed before the replay, as an array aligned with the
+        requests (what the native engines read): the experiment predictors, and the learned
+        ones queried async (replayed). The sync online model depends on the replay itself."""
+        return not self.learned or self.mode == "async"
+
+
 def parse_predictor(name: str) -> tuple[str, str | None, dict[str, int]]:
-    """``lightgbm:async;window=80000`` -> ``("lightgbm", "async", {"window": 80000})``;
-    no mode given -> mode None. Raises ``LcrInputError`` naming the bad part."""
-    base, _, rest = name.partition(":")
-    if base not in EXPERIMENTAL and base not in LEARNED:
-        raise LcrInputError(f"unknown predictor {name!r}; valid: {PREDICTOR_HELP}")
-    mode, options = None, {}
-    for item in filter(None, (part.strip() for part in rest.split(";"))):
-        key, eq, value = item.partition("=")
-        if not eq and key in QUERY_MODES and mode is None:
-            mode = key
-        elif eq and base in LEARNED and key in LEARNED_OPTIONS and key not in options:
-            try:
-                options[key] = int(value)
-            except ValueError:
-                options[key] = 0
-            if options[key] < 1:
-                raise LcrInputError(f"predictor {name!r}: {key} must be a positive integer, got {value!r}")
-        else:
-            raise LcrInputError(f"predictor {name!r}: unexpected {item!r}; valid: {PREDICTOR_HELP}")
-    return base, mode, options
+    """``PredictorSpec.parse(name)`` as ``(kind, mode, options)``, for callers that unpack."""
+    spec = PredictorSpec.parse(name)
+    return spec.kind, spec.mode, dict(spec.options)
 
 
 def parse_predictor_name(name: str) -> tuple[str, str | None]:
-    """``lightgbm:async`` -> ``("lightgbm", "async")``; no mode -> mode None."""
-    return parse_predictor(name)[:2]
+    """``PredictorSpec.parse(name)`` as ``(kind, mode)``."""
+    spec = PredictorSpec.parse(name)
+    return spec.kind, spec.mode
 
 
-def format_predictor(base: str, mode: str | None, options: dict[str, int]) -> str:
-    """The inverse of ``parse_predictor``."""
-    items = ([mode] if mode else []) + [f"{key}={value}" for key, value in options.items()]
-    return f"{base}:{';'.join(items)}" if items else base
-
-
-def has_prediction_array(name: str) -> bool:
-    """Whether the predictor's answers are fixed before the replay, as an array aligned with
-    the requests (what the native engines read): the experiment predictors, and the learned
-    ones queried async (replayed). The sync online model depends on the replay itself."""
-    base, mode = parse_predictor_name(name)
-    return base in EXPERIMENTAL or mode == "async"
-
-
-def make_predictions(name: str, trace: Trace, noise: float = 0.0, seed: int = 0,
+def make_predictions(predictor: "str | PredictorSpec", trace: Trace, noise: float = 0.0, seed: int = 0,
                      capacity: int | None = None) -> np.ndarray:
-    """The prediction made at every request of ``trace``; see ``has_prediction_array``.
+    """The prediction made at every request of ``trace``; see ``PredictorSpec.has_array``.
     ``capacity``: the cache size a learned model's boundary is for (``learned_config``)."""
-    if not has_prediction_array(name):
-        raise LcrInputError(f"predictor {name!r} has no prediction array; it answers during the replay")
-    base, _ = parse_predictor_name(name)
-    if base in EXPERIMENTAL:
-        return EXPERIMENTAL[base](trace, noise, seed)
-    return make_predictor(name, trace, noise, seed, capacity).values
+    spec = PredictorSpec.parse(predictor)
+    if not spec.has_array:
+        raise LcrInputError(f"predictor {str(spec)!r} has no prediction array; it answers during the replay")
+    if not spec.learned:
+        return EXPERIMENTAL[spec.kind](trace, noise, seed)
+    return make_predictor(spec, trace, noise, seed, capacity).values
 
 
-def make_predictor(name: str, trace: Trace, noise: float = 0.0, seed: int = 0,
+def make_predictor(predictor: "str | PredictorSpec", trace: Trace, noise: float = 0.0, seed: int = 0,
                    capacity: int | None = None) -> Predictor:
     """A fresh predictor for one replay of ``trace`` (by a cache of ``capacity`` keys)."""
-    base, mode = parse_predictor_name(name)
-    if base in EXPERIMENTAL:
-        return ArrayPredictor(EXPERIMENTAL[base](trace, noise, seed), name=f"{base}(noise={noise:g})")
+    spec = PredictorSpec.parse(predictor)
+    if not spec.learned:
+        return ArrayPredictor(EXPERIMENTAL[spec.kind](trace, noise, seed), name=f"{spec.kind}(noise={noise:g})")
     if noise:
-        raise LcrInputError(f"predictor {name!r} learns from the trace; --noise applies only to "
+        raise LcrInputError(f"predictor {str(spec)!r} learns from the trace; --noise applies only to "
                             f"{', '.join(EXPERIMENTAL)}")
-    return make_learned_predictor(name, trace, seed, capacity)
+    return make_learned_predictor(spec, trace, seed, capacity)
 
 
-def learned_config(name: str, seed: int = 0, trace: Trace | None = None, capacity: int | None = None):
-    """The online model's settings for registry name ``name`` (with its schedule options).
+def learned_config(predictor: "str | PredictorSpec", seed: int = 0, trace: Trace | None = None,
+                   capacity: int | None = None):
+    """The online model's settings for a learned predictor (with its schedule options).
 
     ``lightgbm`` is the relaxed-Belady classifier ranked by its probability, with its
     boundary for a cache of ``capacity`` keys (None: ``capacity_fraction`` of the keys seen)
@@ -114,19 +147,20 @@ def learned_config(name: str, seed: int = 0, trace: Trace | None = None, capacit
     from lcr.predict.lightgbm_model import BELADY_CLASSIFIER, LightGBMConfig
     from lcr.traces.static import static_fields
 
-    base, _, options = parse_predictor(name)
-    if base not in LEARNED:
-        raise LcrInputError(f"predictor {name!r} is not a learned model; valid: {', '.join(LEARNED)}")
-    full = base == "lightgbm"
+    spec = PredictorSpec.parse(predictor)
+    if not spec.learned:
+        raise LcrInputError(f"predictor {str(spec)!r} is not a learned model; valid: {', '.join(LEARNED)}")
+    full = spec.kind == "lightgbm"
     static = static_fields(trace) if trace is not None and full else ()
     settings = {**BELADY_CLASSIFIER, "capacity": capacity, **LIGHTGBM_SCHEDULE} if full else {}
     # Fits run inline in the simulator so that a replay is reproducible.
-    return LightGBMConfig(seed=seed, background=False, weak=base == "lightgbm-weak",
+    return LightGBMConfig(seed=seed, background=False, weak=spec.kind == "lightgbm-weak",
                           features=FeatureConfig(mode="full" if full else "compact", static_fields=static),
-                          **{**settings, **options})
+                          **{**settings, **dict(spec.options)})
 
 
-def make_learned_predictor(name: str, trace: Trace, seed: int = 0, capacity: int | None = None) -> Predictor:
+def make_learned_predictor(predictor: "str | PredictorSpec", trace: Trace, seed: int = 0,
+                           capacity: int | None = None) -> Predictor:
     """Sync: the online model itself, queried at each eviction. Async: what that model
     answers right after each access, computed in one pass (``lcr.predict.replayed``),
     the exact zero-lag async semantics, reproducible and usable by the native engines.
@@ -134,14 +168,14 @@ def make_learned_predictor(name: str, trace: Trace, seed: int = 0, capacity: int
     from lcr.predict.lightgbm_model import LightGBMPredictor
     from lcr.predict.replayed import TraceMetadataFeed, replayed_predictions
 
-    base, mode = parse_predictor_name(name)
-    config = learned_config(name, seed, trace, capacity)
-    if mode == "async":
-        return ArrayPredictor(replayed_predictions(trace, config), name=f"{base}:async")
+    spec = PredictorSpec.parse(predictor)
+    config = learned_config(spec, seed, trace, capacity)
+    if spec.mode == "async":
+        return ArrayPredictor(replayed_predictions(trace, config), name=f"{spec.kind}:async")
     model = LightGBMPredictor(config)
     return TraceMetadataFeed(model, trace) if config.features.static_fields else model
 
 
-__all__ = ["Predictor", "ArrayPredictor", "PREDICTOR_HELP", "LEARNED", "LEARNED_OPTIONS", "LIGHTGBM_SCHEDULE",
-           "make_predictor", "make_predictions", "has_prediction_array", "learned_config",
-           "parse_predictor", "parse_predictor_name", "format_predictor", "oracle_predictions", "true_next_times"]
+__all__ = ["Predictor", "ArrayPredictor", "PredictorSpec", "PREDICTOR_HELP", "EXPERIMENTAL", "LEARNED",
+           "LEARNED_OPTIONS", "LIGHTGBM_SCHEDULE", "make_predictor", "make_predictions", "learned_config",
+           "parse_predictor", "parse_predictor_name", "oracle_predictions", "true_next_times"]

@@ -10,7 +10,7 @@ from lcr.sim.args import (PLOT_SUFFIXES, check_limit, check_seed, parse_noises,
 from lcr.predict import PREDICTOR_HELP
 from lcr.sim import moe as moe_sim
 from lcr.sim.progress import maybe_progress
-from lcr.sim.predictions import PredictionCache, check_cache_directory, resolve_predictor
+from lcr.sim.predictions import PredictionCache, check_cache_directory, replay_predictor
 from lcr.sim.sweep import ENGINES, PolicySpec, run_sweep, sweep_size
 from lcr.traces import FORMAT_NAMES, GENERATORS, format_label, load_trace
 
@@ -93,7 +93,7 @@ def run(args) -> int:
         raise LcrInputError(f"--jobs must be at least 1, got {args.jobs}")
     check_output_path(args.json, "--json")
     check_output_path(args.plot, "--plot", PLOT_SUFFIXES)
-    predictor = resolve_predictor(args.predictor)
+    predictor = replay_predictor(args.predictor)  # the one place the name is read
     check_cache_directory(args.prediction_cache)
     trace = load_trace(args.trace, args.format, args.limit)
     if moe:
@@ -107,19 +107,18 @@ def run(args) -> int:
                         predictions=cache, jobs=args.jobs)
     if bar:
         bar.close()
-    args.predictor = predictor
     print(f"# {trace.name} [{format_label(trace)}]: {len(trace):,} requests, "
-          f"{trace.distinct_keys:,} distinct keys; predictor {args.predictor}"
+          f"{trace.distinct_keys:,} distinct keys; predictor {predictor}"
           + (f" ({cache.summary()})" if cache.used else ""))
     from lcr.sim.report import format_table, write_json
 
     print(format_table(results))
     if args.json:
         write_json(args.json, results, trace=trace.name, trace_format=trace.meta.get("format"),
-                   requests=len(trace), distinct_keys=trace.distinct_keys, predictor=args.predictor,
+                   requests=len(trace), distinct_keys=trace.distinct_keys, predictor=str(predictor),
                    seed=args.seed, prediction_passes=cache.passes)
     if args.plot:
         from lcr.sim.plot import plot_sweep
 
-        plot_sweep(results, args.plot, title=f"{trace.name} ({args.predictor} predictions)")
+        plot_sweep(results, args.plot, title=f"{trace.name} ({predictor} predictions)")
     return 0

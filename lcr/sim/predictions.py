@@ -2,13 +2,13 @@
 size, where the model learns per size), reused by every policy, and (learned ones) kept
 on disk so reruns are instant.
 
-A predictor "with an array" (``lcr.predict.has_prediction_array``) answers request i
+A predictor "with an array" (``lcr.predict.PredictorSpec.has_array``) answers request i
 the same way whatever the cache does, so a sweep needs its array once. The learned
 models' pass (``lightgbm:async``, ``lcr.predict.replayed``) is the expensive one: it
 trains the online model over the whole trace. Its file is keyed by
 
 - the trace's content (SHA-256 of the keys, which is all the features read),
-- the predictor's name, seed and full settings (``repr`` of ``learned_config``),
+- the predictor's canonical name, seed and full settings (``repr`` of ``learned_config``),
 - a hash of the ``lcr.predict`` sources, so a changed model never reads old answers,
 - the cache size, for models whose boundary is for one (``lightgbm``: the relaxed-Belady
   classifier learns per cache size), which get one pass per size.
@@ -30,12 +30,15 @@ import os
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
+from lcr import predict
 from lcr.atomic import write_atomic
 from lcr.errors import LcrInputError
+from lcr.predict import PredictorSpec
 from lcr.traces import Trace
 
 log = logging.getLogger(__name__)
@@ -50,14 +53,17 @@ def default_directory() -> Path:
     return Path(root) / "predictions"
 
 
-def resolve_predictor(name: str) -> str:
-    """A learned model named without a query mode means its fast exact replay (async):
-    ``lightgbm`` -> ``lightgbm:async``, ``lightgbm:window=80000`` ->
-    ``lightgbm:async;window=80000``. ``:sync`` only when asked for."""
-    from lcr.predict import LEARNED, format_predictor, parse_predictor
+def replay_predictor(predictor: "str | PredictorSpec") -> PredictorSpec:
+    """The predictor a replay uses: a learned model named without a query mode means its
+    fast exact replay (async): ``lightgbm`` -> ``lightgbm:async``,
+    ``lightgbm:window=80000`` -> ``lightgbm:async;window=80000``. ``:sync`` only when asked for."""
+    spec = PredictorSpec.parse(predictor)
+    return replace(spec, mode="async") if spec.learned and spec.mode is None else spec
 
-    base, mode, options = parse_predictor(name)
-    return format_predictor(base, "async", options) if base in LEARNED and mode is None else name
+
+def resolve_predictor(name: str) -> str:
+    """``replay_predictor`` from a name to a name."""
+    return str(replay_predictor(name))
 
 
 def trace_digest(trace: Trace) -> str:
@@ -79,10 +85,8 @@ def static_digest(trace: Trace, fields: tuple[str, ...]) -> str:
 
 
 def _code_digest() -> str:
-    import lcr.predict as package
-
     digest = hashlib.sha256()
-    for path in sorted(Path(package.__file__).parent.glob("*.py")):
+    for path in sorted(Path(predict.__file__).parent.glob("*.py")):
         digest.update(path.name.encode() + path.read_bytes())
     return digest.hexdigest()[:16]
 
@@ -111,43 +115,40 @@ class PredictionCache:
     def summary(self) -> str:
         return f"{self.passes} prediction pass{'es' if self.passes != 1 else ''} computed, {self.loaded} loaded"
 
-    def get(self, name: str, trace: Trace, noise: float = 0.0, seed: int = 0,
+    def get(self, predictor: "str | PredictorSpec", trace: Trace, noise: float = 0.0, seed: int = 0,
             capacity: int | None = None) -> np.ndarray:
-        """The prediction made at every request of ``trace`` by predictor ``name``."""
-        from lcr.predict import LEARNED, make_predictions, parse_predictor_name
-
-        base, _ = parse_predictor_name(name)
-        if base not in LEARNED:
-            key = (name, trace_digest(trace), noise, seed)
+        """The prediction made at every request of ``trace`` by ``predictor``."""
+        spec = PredictorSpec.parse(predictor)
+        if not spec.learned:
+            key = (spec, trace_digest(trace), noise, seed)
             if key not in self._memory:
-                self._memory[key] = make_predictions(name, trace, noise, seed)
+                self._memory[key] = predict.make_predictions(spec, trace, noise, seed)
             return self._memory[key]
-        key, digest, settings = self._identify(name, trace, noise, seed, capacity)
+        key, digest, settings = self._identify(spec, trace, noise, seed, capacity)
         if key in self._memory:
             return self._memory[key]
         values = self._load(digest, len(trace))
         if values is None:
             wall, cpu = time.perf_counter(), time.process_time()
-            with _PassTicker(f"{name} prediction pass over {len(trace):,} requests", self.progress):
-                values = _learned_pass(name, trace, noise, seed, key[4])
+            with _PassTicker(f"{spec} prediction pass over {len(trace):,} requests", self.progress):
+                values = _learned_pass(spec, trace, noise, seed, key[4])
             self._computed(digest, values, settings, time.perf_counter() - wall, time.process_time() - cpu)
         else:
             self.loaded += 1
         self._memory[key] = values
         return values
 
-    def prefetch(self, name: str, trace: Trace, noise: float, seed: int, capacities: list[int],
-                 jobs: int) -> None:
+    def prefetch(self, predictor: "str | PredictorSpec", trace: Trace, noise: float, seed: int,
+                 capacities: list[int], jobs: int) -> None:
         """Compute the learned passes that ``get`` will ask for at ``capacities`` and that
         are neither in memory nor on disk, up to ``jobs`` at once in worker processes
         (a per-size model has one pass per size). Same answers as ``get`` computing them."""
-        from lcr.predict import LEARNED, parse_predictor_name
-
-        if jobs < 2 or parse_predictor_name(name)[0] not in LEARNED:
+        spec = PredictorSpec.parse(predictor)
+        if jobs < 2 or not spec.learned:
             return
         missing = {}
         for capacity in capacities:
-            key, digest, settings = self._identify(name, trace, noise, seed, capacity)
+            key, digest, settings = self._identify(spec, trace, noise, seed, capacity)
             if key in self._memory or key in missing:
                 continue
             values = self._load(digest, len(trace))
@@ -164,9 +165,9 @@ class PredictionCache:
         wall = time.perf_counter()
         # forkserver: a fresh process per worker, never a fork of a parent with threads.
         with ProcessPoolExecutor(min(jobs, len(missing)), mp_context=multiprocessing.get_context("forkserver")) as pool, \
-                _PassTicker(f"{name}: {len(missing)} prediction passes over {len(trace):,} requests, "
+                _PassTicker(f"{spec}: {len(missing)} prediction passes over {len(trace):,} requests, "
                             f"{min(jobs, len(missing))} at once", self.progress):
-            futures = {key: pool.submit(_timed_learned_pass, name, trace, noise, seed, key[4]) for key in missing}
+            futures = {key: pool.submit(_timed_learned_pass, spec, trace, noise, seed, key[4]) for key in missing}
             for key, future in futures.items():
                 values, cpu = future.result()
                 digest, settings = missing[key]
@@ -174,18 +175,16 @@ class PredictionCache:
                 self._memory[key] = values
         self.pass_seconds["wall"] += time.perf_counter() - wall
 
-    def _identify(self, name: str, trace: Trace, noise: float, seed: int, capacity: int | None):
+    def _identify(self, spec: PredictorSpec, trace: Trace, noise: float, seed: int, capacity: int | None):
         """A learned pass's memory key, file digest and recorded settings."""
-        from lcr.predict import learned_config
-
-        config = learned_config(name, seed, trace, capacity)
+        config = predict.learned_config(spec, seed, trace, capacity)
         sized = config.capacity is not None  # a boundary for this cache size: one pass per size
         # The static columns the model reads are part of the trace's content for it.
         content = trace_digest(trace) + static_digest(trace, config.features.static_fields)
-        key = (name, content, noise, seed, capacity if sized else None)
+        key = (spec, content, noise, seed, capacity if sized else None)
         if self._code is None:
             self._code = _code_digest()
-        settings = {"predictor": name, "trace": key[1], "noise": noise, "seed": seed,
+        settings = {"predictor": str(spec), "trace": key[1], "noise": noise, "seed": seed,
                     "capacity": key[4], "config": repr(config), "code": self._code}
         return key, hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:32], settings
 
@@ -250,10 +249,8 @@ def check_cache_directory(directory: str | None) -> None:
         raise LcrInputError(f"--prediction-cache {directory}: not a folder")
 
 
-def _learned_pass(name: str, trace: Trace, noise: float, seed: int, capacity: int | None) -> np.ndarray:
-    from lcr.predict import make_predictions
-
-    return np.ascontiguousarray(make_predictions(name, trace, noise, seed, capacity), dtype=np.float64)
+def _learned_pass(spec: PredictorSpec, trace: Trace, noise: float, seed: int, capacity: int | None) -> np.ndarray:
+    return np.ascontiguousarray(predict.make_predictions(spec, trace, noise, seed, capacity), dtype=np.float64)
 
 
 def _timed_learned_pass(*args) -> tuple[np.ndarray, float]:

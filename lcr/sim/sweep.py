@@ -6,13 +6,14 @@ from dataclasses import asdict, dataclass, field
 
 from lcr.errors import LcrInputError
 from lcr.policies import POLICIES, make_policy
-from lcr.predict import ArrayPredictor, has_prediction_array, make_predictor, parse_predictor_name
+from lcr.predict import ArrayPredictor, PredictorSpec, make_predictor
 from lcr.sim.native import NATIVE_POLICIES, native_replay
-from lcr.sim.predictions import PredictionCache, resolve_predictor
+from lcr.sim.predictions import PredictionCache, replay_predictor
 from lcr.sim.runner import Progress, replay
 from lcr.traces import Trace
 
 ENGINES = ("auto", "python", "native")
+ORACLE = PredictorSpec("oracle")  # the default predictor: exact next-access times
 
 
 @dataclass(frozen=True)
@@ -77,36 +78,39 @@ class SimResult:
         return asdict(self)
 
 
-def uses_native(spec: PolicySpec, engine: str = "auto", predictor_name: str = "oracle") -> bool:
+def uses_native(spec: PolicySpec, engine: str = "auto", predictor_name: "str | PredictorSpec" = ORACLE) -> bool:
     """Whether ``engine`` (auto, python or native) replays ``spec`` with its C++ core. The
     cores read predictions as an array, which the sync online model does not have."""
     if engine not in ENGINES:
         raise LcrInputError(f"unknown engine {engine!r}; valid: {', '.join(ENGINES)}")
-    native = spec.name in NATIVE_POLICIES and (not spec.uses_predictions or has_prediction_array(predictor_name))
+    predictor = PredictorSpec.parse(predictor_name)
+    native = spec.name in NATIVE_POLICIES and (not spec.uses_predictions or predictor.has_array)
     if engine == "native" and not native:
         why = (f"policy {spec.name!r} has no native engine; native: {', '.join(sorted(NATIVE_POLICIES))}"
                if spec.name not in NATIVE_POLICIES else
-               f"predictor {predictor_name!r} runs in Python; the native engine takes the experiment "
+               f"predictor {str(predictor)!r} runs in Python; the native engine takes the experiment "
                f"predictors and learned ones queried async (e.g. lightgbm:async)")
         raise LcrInputError(f"{why} (use --engine auto or python)")
     return engine != "python" and native
 
 
-def run_one(trace: Trace, spec: PolicySpec, capacity: int, predictor_name: str = "oracle",
+def run_one(trace: Trace, spec: PolicySpec, capacity: int, predictor_name: "str | PredictorSpec" = ORACLE,
             noise: float = 0.0, seed: int = 0, progress: Progress | None = None,
             engine: str = "auto", predictions: PredictionCache | None = None) -> SimResult:
-    """One policy at one size. ``predictions``: where prediction arrays come from (a
-    sweep passes one cache to all its runs; default: a fresh in-memory one)."""
+    """One policy at one size. ``predictor_name``: a ``PredictorSpec`` or a name, taken as
+    given (``run_sweep`` replays a learned model named without a mode async; this does
+    not). ``predictions``: where prediction arrays come from (a sweep passes one cache to
+    all its runs; default: a fresh in-memory one)."""
+    predictor = PredictorSpec.parse(predictor_name)
     params = dict(spec.params)
     if predictions is None:
         predictions = PredictionCache("off")
     if "seed" in inspect.signature(POLICIES[spec.name]).parameters:  # randomised policies
         params.setdefault("seed", seed)
-    query_mode = parse_predictor_name(predictor_name)[1]
-    if spec.uses_predictions and query_mode:  # ``lightgbm:async`` picks the policy's mode
-        params.setdefault("mode", query_mode)
-    if uses_native(spec, engine, predictor_name):
-        values = predictions.get(predictor_name, trace, noise, seed, capacity) if spec.uses_predictions else None
+    if spec.uses_predictions and predictor.mode:  # ``lightgbm:async`` picks the policy's mode
+        params.setdefault("mode", predictor.mode)
+    if uses_native(spec, engine, predictor):
+        values = predictions.get(predictor, trace, noise, seed, capacity) if spec.uses_predictions else None
         try:
             run = native_replay(trace, spec.name, capacity, values, **params)
         except (TypeError, ValueError) as err:
@@ -114,23 +118,22 @@ def run_one(trace: Trace, spec: PolicySpec, capacity: int, predictor_name: str =
         if progress is not None:
             progress(len(trace))
     else:
-        run = _replay_python(trace, spec, capacity, predictor_name, noise, seed, params, progress,
-                             predictions)
+        run = _replay_python(trace, spec, capacity, predictor, noise, seed, params, progress, predictions)
     hits = int(run.hits.sum())
     predicted = spec.uses_predictions
-    return SimResult(trace.name, spec.label, capacity, predictor_name if predicted else None,
+    return SimResult(trace.name, spec.label, capacity, str(predictor) if predicted else None,
                      noise if predicted else None, len(trace), hits, len(trace) - hits,
                      hits / len(trace), run.seconds, stats=run.stats)
 
 
-def _replay_python(trace: Trace, spec: PolicySpec, capacity: int, predictor_name: str, noise: float,
+def _replay_python(trace: Trace, spec: PolicySpec, capacity: int, predictor_spec: PredictorSpec, noise: float,
                    seed: int, params: dict, progress: Progress | None, predictions: PredictionCache):
     predictor = None
-    if spec.uses_predictions and has_prediction_array(predictor_name):
-        predictor = ArrayPredictor(predictions.get(predictor_name, trace, noise, seed, capacity),
-                                   name=predictor_name)
+    if spec.uses_predictions and predictor_spec.has_array:
+        predictor = ArrayPredictor(predictions.get(predictor_spec, trace, noise, seed, capacity),
+                                   name=str(predictor_spec))
     elif spec.uses_predictions:  # the sync online model answers during the replay
-        predictor = make_predictor(predictor_name, trace, noise, seed, capacity)
+        predictor = make_predictor(predictor_spec, trace, noise, seed, capacity)
     try:
         policy = make_policy(spec.name, capacity, predictor=predictor, next_use=trace.next_use, **params)
     except (TypeError, ValueError) as err:
@@ -146,7 +149,8 @@ def _replay_python(trace: Trace, spec: PolicySpec, capacity: int, predictor_name
     return run
 
 
-def run_sweep(trace: Trace, specs: list[PolicySpec], capacities: list[int], predictor: str = "oracle",
+def run_sweep(trace: Trace, specs: list[PolicySpec], capacities: list[int],
+              predictor: "str | PredictorSpec" = ORACLE,
               noises: list[float] = (0.0,), seed: int = 0, progress: Progress | None = None,
               engine: str = "auto", predictions: PredictionCache | None = None, jobs: int = 1) -> list[SimResult]:
     """Every policy at every capacity; predictive ones at every noise level too.
@@ -154,12 +158,13 @@ def run_sweep(trace: Trace, specs: list[PolicySpec], capacities: list[int], pred
     ``engine``: ``python`` (the spec), ``native`` (C++ cores) or ``auto`` (native where one exists).
     ``predictions``: shared by every run, so each prediction array is computed once
     (default: in memory for this sweep; pass a ``PredictionCache(dir)`` to keep them).
-    A learned predictor named without a mode is its async replay (``resolve_predictor``);
-    ``run_one`` takes names as given. ``jobs``: learned passes computed at once in worker
-    processes (one per cache size for a per-size model), before the replays."""
+    ``predictor``: a ``PredictorSpec`` or a name; a learned one without a mode is its async
+    replay (``replay_predictor``); ``run_one`` takes predictors as given. ``jobs``: learned
+    passes computed at once in worker processes (one per cache size for a per-size model),
+    before the replays."""
     predictions = predictions if predictions is not None else PredictionCache("off")
-    predictor = resolve_predictor(predictor)
-    if any(spec.uses_predictions for spec in specs) and has_prediction_array(predictor):
+    predictor = replay_predictor(predictor)
+    if any(spec.uses_predictions for spec in specs) and predictor.has_array:
         predictions.prefetch(predictor, trace, 0.0, seed, capacities, jobs)
     results = []
     opt = PolicySpec("opt")
