@@ -166,7 +166,7 @@ def test_the_tree_tells_the_policy_each_miss():
 
 def test_exact_laru_is_leaf_opt_and_inverted_stays_within_2_percent_of_lru_on_a_tiny_cache():
     # Online-QA at 2.5%: LRU hits 1.2% of the tokens, so a few bad evictions are a large
-    # share; Algorithm 1's phase reset loses 10% here, the shadow default 1.4% (docs/kv.md).
+    # share; the default loses 1.4% here (Algorithm 1's phase reset alone lost 10%).
     w = build_workload(generate("online_qa:conversations=2000"))
     capacity = round(w.distinct_tokens * 0.025)
     lru = replay_lcr(w, capacity, make_policy("lru", w))

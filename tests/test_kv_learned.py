@@ -1,6 +1,6 @@
 """The relaxed-Belady node predictor (``--predictor lightgbm-belady``): its answers keep
-LRU's age in the order, and LARU with it beats LRU on a slice of the ShareGPT chat
-replay at every size (docs/kv.md has the full-trace tables)."""
+LRU's age in the order, and LARU with it beats LRU at 2% and stays within its slack at
+5% and 10% on a slice of the ShareGPT chat replay (docs/kv.md has the full-trace tables)."""
 from __future__ import annotations
 
 import math
@@ -40,15 +40,14 @@ def test_answers_are_the_age_plus_at_most_one_boundary_and_split_parts_are_unkno
     assert math.isnan(predictor.predict([10**9], now)[0])
 
 
-@pytest.mark.parametrize("rules", [{}, {"confidence": "phase"}], ids=["shadow-default", "phase"])
-def test_laru_with_the_belady_predictor_beats_lru_at_every_size(chat_slice, rules):
+def test_laru_with_the_belady_predictor_beats_lru_at_2_percent_and_stays_within_slack_above(chat_slice):
     w = chat_slice
     for percent in (2, 5, 10):
         capacity = w.distinct_tokens * percent // 100
         lru = replay_lcr(w, capacity, make_policy("lru", w))
         laru = replay_lcr(w, capacity, make_policy(
-            "laru", w, predictor=make_path_predictor("lightgbm-belady", w, 0.0, 0), **rules))
-        if rules or percent == 2:
+            "laru", w, predictor=make_path_predictor("lightgbm-belady", w, 0.0, 0)))
+        if percent == 2:
             assert laru > lru, (percent, laru / lru)
         else:  # on this slice the default is 0.9988 of LRU at 5% (1.007 on the whole replay)
             assert laru >= 0.99 * lru, (percent, laru / lru)  # within its slack

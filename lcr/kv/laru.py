@@ -9,8 +9,11 @@ CI compares the two victim by victim):
   the victim is the window's leaf with the largest predicted next use (NaN counts as
   +inf; ties go to the older leaf). Leaves never outnumber nodes, so at lambda = 1 every
   evictable leaf is a candidate and exact predictions make LARU leaf-OPT.
-* A phase ends when the distinct tokens requested in it reach the capacity; it is
-  checked when room is needed.
+* A phase ends when the tokens of the distinct nodes requested in it reach the capacity
+  (checked when room is needed). A node's tokens are read from the engine's depths: its
+  depth minus the depth above it in the same report, or, heading a report, what it had at
+  its last report, else its depth (so a request's new node counts its cached path again:
+  shorter phases, which measured better with the learned predictor, docs/kv.md).
 * An eviction a prediction decided (victim other than the window's oldest) is recorded
   with its time until that node is cached again. A request that needs room and whose
   first missing block heads a recorded node is a prediction-induced miss when some
