@@ -18,7 +18,10 @@ from lcr.integrations.sglang_sim import build_cache, replay_sglang  # noqa: E402
 from lcr.kv import build_workload, make_policy  # noqa: E402
 from lcr.traces import Trace  # noqa: E402
 
-CASES = [("slru", {}), ("slru", {"protected_threshold": 3})]
+# (name, options, whether the skewed workload tells it from plain LRU)
+CASES = [("slru", {}, True), ("slru", {"protected_threshold": 3}, True), ("lfu", {}, True),
+         ("fifo", {}, True), ("priority", {}, False),  # every replayed request has priority 0
+         ("tlru", {"threshold": 48, "next_prompt_estimate": 16}, True)]
 
 
 def skewed_workload(requests: int = 600, seed: int = 0):
@@ -34,8 +37,8 @@ def skewed_workload(requests: int = 600, seed: int = 0):
     return build_workload(Trace(np.array([b for c in chains for b in c]), "skewed", request_offsets=offsets), 16)
 
 
-@pytest.mark.parametrize("name, options", CASES)
-def test_each_victim_is_the_leaf_sglang_s_own_strategy_ranks_first(name, options):
+@pytest.mark.parametrize("name, options, unlike_lru", CASES)
+def test_each_victim_is_the_leaf_sglang_s_own_strategy_ranks_first(name, options, unlike_lru):
     w = skewed_workload()
     capacity = w.distinct_tokens // 4
     strategy = get_eviction_strategy(name, options)  # a strategy object of SGLang's own, apart from the cache's
@@ -58,10 +61,10 @@ def test_each_victim_is_the_leaf_sglang_s_own_strategy_ranks_first(name, options
     for node_id, ranked, _ in victims:
         assert node_id == ranked[0].id, f"evicted node {node_id}, {name} ranks node {ranked[0].id} first"
     # the workload tells the strategy from plain LRU, or the check above proves little
-    assert any(ranked[0] is not oldest for _, ranked, oldest in victims)
+    assert any(ranked[0] is not oldest for _, ranked, oldest in victims) == unlike_lru
 
 
-@pytest.mark.parametrize("name", sorted({name for name, _ in CASES}))
+@pytest.mark.parametrize("name", sorted({name for name, *_ in CASES}))
 def test_sim_kv_runs_the_builtin_on_sglang_s_tree_and_lcr_s_tree_refuses_it(name, capsys):
     trace = ["sim-kv", "online_qa:conversations=30", "--cache-tokens", "5%"]
     assert main([*trace, "--engine", "sglang", "--policies", f"lru,{name}"]) == 0
@@ -79,5 +82,4 @@ def test_sim_kv_help_lists_the_builtins(capsys):
     with pytest.raises(SystemExit):
         main(["sim-kv", "--help"])
     help_text = " ".join(capsys.readouterr().out.split())
-    assert "SGLang's own eviction strategies (--engine sglang only): " + \
-        ", ".join(sorted({name for name, _ in CASES})) in help_text
+    assert "SGLang's own eviction strategies (--engine sglang only): lfu, slru, priority, fifo, tlru" in help_text

@@ -190,5 +190,11 @@ def _register_strategy(name: str, strategy: str, summary: str) -> None:
                                 engines=("sglang",)))
 
 
+_register_strategy("lfu", "LFUStrategy", "least frequently used leaf (hit count, then recency)")
 _register_strategy("slru", "SLRUStrategy", "segmented LRU: leaves hit fewer than protected_threshold "
                                            "times go first, least recent first")
+_register_strategy("priority", "PriorityStrategy", "lowest request priority first, then least recent "
+                                                   "(a replay's requests all have priority 0: LRU)")
+_register_strategy("fifo", "FIFOStrategy", "the leaf created first")
+_register_strategy("tlru", "TLRUStrategy", "tail-optimised LRU: leaves past their conversation's TTFT "
+                                           "budget (threshold, next_prompt_estimate tokens) go first")
