@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 
 from lcr.cli import main
 from lcr.errors import LcrInputError
-from lcr.predict import EXPERIMENTAL, LEARNED, LEARNED_OPTIONS, PredictorSpec
+from lcr.predict import EXPERIMENT_PREDICTORS, LEARNED_PREDICTORS, LEARNED_OPTIONS, PredictorSpec
 
-KINDS = (*EXPERIMENTAL, *LEARNED)
+KINDS = (*EXPERIMENT_PREDICTORS, *LEARNED_PREDICTORS)
 
 
 @st.composite
@@ -21,7 +21,7 @@ def spec_texts(draw):
     """A valid ``--predictor`` value, loosely spaced, and the spec it means."""
     kind = draw(st.sampled_from(KINDS))
     mode = draw(st.sampled_from((None, "sync", "async")))
-    names = draw(st.permutations(LEARNED_OPTIONS)) if kind in LEARNED else []
+    names = draw(st.permutations(LEARNED_OPTIONS)) if kind in LEARNED_PREDICTORS else []
     options = tuple((name, draw(st.integers(1, 10**9))) for name in names[:draw(st.integers(0, len(names)))])
     items = ([mode] if mode else []) + [f"{name}={value}" for name, value in options]
     items = draw(st.permutations(items))

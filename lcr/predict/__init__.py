@@ -18,12 +18,12 @@ import numpy as np
 
 from lcr.errors import LcrInputError
 from lcr.predict.base import Predictor
-from lcr.predict.experimental import (EXPERIMENTAL, ArrayPredictor, oracle_predictions,
+from lcr.predict.experimental import (EXPERIMENT_PREDICTORS, ArrayPredictor, oracle_predictions,
                                       true_next_times)
 from lcr.traces import Trace
 
 #: Online-trained models; the LightGBM import itself waits until one is built.
-LEARNED = ("lightgbm", "lightgbm-compact", "lightgbm-weak")
+LEARNED_PREDICTORS = ("lightgbm", "lightgbm-compact", "lightgbm-weak")
 QUERY_MODES = ("sync", "async")
 #: Settings a learned model's name may carry (``LightGBMConfig`` fields): its schedule.
 LEARNED_OPTIONS = ("retrain_every", "window")
@@ -33,8 +33,8 @@ LEARNED_OPTIONS = ("retrain_every", "window")
 #: request of ``LightGBMConfig``'s 5,000 / 40,000, which the compact and weak models and
 #: the shared service (``lcr serve-predictor``) keep.
 LIGHTGBM_SCHEDULE = MappingProxyType({"retrain_every": 2_500, "window": 80_000})
-PREDICTOR_HELP = (f"{', '.join(EXPERIMENTAL)} or {', '.join(LEARNED)}; after a colon, ';'-separated: "
-                  f"sync or async, and for a learned model {'=N, '.join(LEARNED_OPTIONS)}=N "
+PREDICTOR_HELP = (f"{', '.join(EXPERIMENT_PREDICTORS)} or {', '.join(LEARNED_PREDICTORS)}; "
+                  f"after a colon, ';'-separated: sync or async, and for a learned model {'=N, '.join(LEARNED_OPTIONS)}=N "
                   f"(e.g. lightgbm:async;window=80000)")
 
 
@@ -62,14 +62,14 @@ class PredictorSpec:
         if not isinstance(value, str):
             raise TypeError(f"predictor: expected a name or a PredictorSpec, got {type(value).__name__}")
         kind, _, rest = value.partition(":")
-        if kind not in EXPERIMENTAL and kind not in LEARNED:
+        if kind not in EXPERIMENT_PREDICTORS and kind not in LEARNED_PREDICTORS:
             raise LcrInputError(f"unknown predictor {value!r}; valid: {PREDICTOR_HELP}")
         mode, options = None, {}
         for item in filter(None, (part.strip() for part in rest.split(";"))):
             key, eq, number = item.partition("=")
             if not eq and key in QUERY_MODES and mode is None:
                 mode = key
-            elif eq and kind in LEARNED and key in LEARNED_OPTIONS and key not in options:
+            elif eq and kind in LEARNED_PREDICTORS and key in LEARNED_OPTIONS and key not in options:
                 try:
                     options[key] = int(number)
                 except ValueError:
@@ -86,8 +86,8 @@ class PredictorSpec:
 
     @property
     def learned(self) -> bool:
-        """An online-trained model (``LEARNED``), not an experiment built from the trace."""
-        return self.kind in LEARNED
+        """An online-trained model (``LEARNED_PREDICTORS``), not an experiment built from the trace."""
+        return self.kind in LEARNED_PREDICTORS
 
     @property
     def has_array(self) -> bool:
@@ -117,7 +117,7 @@ def make_predictions(predictor: "str | PredictorSpec", trace: Trace, noise: floa
     if not spec.has_array:
         raise LcrInputError(f"predictor {str(spec)!r} has no prediction array; it answers during the replay")
     if not spec.learned:
-        return EXPERIMENTAL[spec.kind](trace, noise, seed)
+        return EXPERIMENT_PREDICTORS[spec.kind](trace, noise, seed)
     return make_predictor(spec, trace, noise, seed, capacity).values
 
 
@@ -126,10 +126,11 @@ def make_predictor(predictor: "str | PredictorSpec", trace: Trace, noise: float 
     """A fresh predictor for one replay of ``trace`` (by a cache of ``capacity`` keys)."""
     spec = PredictorSpec.parse(predictor)
     if not spec.learned:
-        return ArrayPredictor(EXPERIMENTAL[spec.kind](trace, noise, seed), name=f"{spec.kind}(noise={noise:g})")
+        values = EXPERIMENT_PREDICTORS[spec.kind](trace, noise, seed)
+        return ArrayPredictor(values, name=f"{spec.kind}(noise={noise:g})")
     if noise:
         raise LcrInputError(f"predictor {str(spec)!r} learns from the trace; --noise applies only to "
-                            f"{', '.join(EXPERIMENTAL)}")
+                            f"{', '.join(EXPERIMENT_PREDICTORS)}")
     return make_learned_predictor(spec, trace, seed, capacity)
 
 
@@ -149,7 +150,7 @@ def learned_config(predictor: "str | PredictorSpec", seed: int = 0, trace: Trace
 
     spec = PredictorSpec.parse(predictor)
     if not spec.learned:
-        raise LcrInputError(f"predictor {str(spec)!r} is not a learned model; valid: {', '.join(LEARNED)}")
+        raise LcrInputError(f"predictor {str(spec)!r} is not a learned model; valid: {', '.join(LEARNED_PREDICTORS)}")
     full = spec.kind == "lightgbm"
     static = static_fields(trace) if trace is not None and full else ()
     settings = {**BELADY_CLASSIFIER, "capacity": capacity, **LIGHTGBM_SCHEDULE} if full else {}
@@ -176,6 +177,6 @@ def make_learned_predictor(predictor: "str | PredictorSpec", trace: Trace, seed:
     return TraceMetadataFeed(model, trace) if config.features.static_fields else model
 
 
-__all__ = ["Predictor", "ArrayPredictor", "PredictorSpec", "PREDICTOR_HELP", "EXPERIMENTAL", "LEARNED",
-           "LEARNED_OPTIONS", "LIGHTGBM_SCHEDULE", "make_predictor", "make_predictions", "learned_config",
+__all__ = ["Predictor", "ArrayPredictor", "PredictorSpec", "PREDICTOR_HELP", "EXPERIMENT_PREDICTORS",
+           "LEARNED_PREDICTORS", "LEARNED_OPTIONS", "LIGHTGBM_SCHEDULE", "make_predictor", "make_predictions", "learned_config",
            "parse_predictor", "parse_predictor_name", "oracle_predictions", "true_next_times"]

@@ -72,7 +72,7 @@ class ArrayPredictor(Predictor):
 
 
 PredictionBuilder = Callable[[Trace, float, int], np.ndarray]
-EXPERIMENTAL: dict[str, PredictionBuilder] = {
+EXPERIMENT_PREDICTORS: dict[str, PredictionBuilder] = {
     "oracle": oracle_predictions,
     "lognormal": lognormal_predictions,
     "constant": constant_predictions,

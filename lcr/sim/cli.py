@@ -11,7 +11,7 @@ from lcr.predict import PREDICTOR_HELP
 from lcr.sim import moe as moe_sim
 from lcr.sim.progress import maybe_progress
 from lcr.sim.predictions import PredictionCache, check_cache_directory, replay_predictor
-from lcr.sim.sweep import ENGINES, PolicySpec, run_sweep, sweep_size
+from lcr.sim.sweep import ITEM_ENGINES, PolicySpec, run_sweep, sweep_size
 from lcr.traces import FORMAT_NAMES, GENERATORS, format_label, load_trace
 
 
@@ -62,7 +62,7 @@ def register(subparsers) -> None:
                         "has one per cache size; default 1)")
     p.add_argument("--noise", default="0", help="noise levels for the predictor, e.g. 0,0.1,0.5,1")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--engine", choices=ENGINES, default="auto",
+    p.add_argument("--engine", choices=ITEM_ENGINES, default="auto",
                    help="python: the spec classes; native: the C++ cores; auto (default): native "
                         "for every policy that has one (same decisions, much faster)")
     p.add_argument("--json", help="write results as JSON here")

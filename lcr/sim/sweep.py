@@ -12,7 +12,8 @@ from lcr.sim.predictions import PredictionCache, replay_predictor
 from lcr.sim.runner import Progress, replay
 from lcr.traces import Trace
 
-ENGINES = ("auto", "python", "native")
+#: Who replays an item-cache trace (`lcr sim --engine`); the radix engines are lcr.kv's.
+ITEM_ENGINES = ("auto", "python", "native")
 ORACLE = PredictorSpec("oracle")  # the default predictor: exact next-access times
 
 
@@ -81,8 +82,8 @@ class SimResult:
 def uses_native(spec: PolicySpec, engine: str = "auto", predictor_name: "str | PredictorSpec" = ORACLE) -> bool:
     """Whether ``engine`` (auto, python or native) replays ``spec`` with its C++ core. The
     cores read predictions as an array, which the sync online model does not have."""
-    if engine not in ENGINES:
-        raise LcrInputError(f"unknown engine {engine!r}; valid: {', '.join(ENGINES)}")
+    if engine not in ITEM_ENGINES:
+        raise LcrInputError(f"unknown engine {engine!r}; valid: {', '.join(ITEM_ENGINES)}")
     predictor = PredictorSpec.parse(predictor_name)
     native = spec.name in NATIVE_POLICIES and (not spec.uses_predictions or predictor.has_array)
     if engine == "native" and not native:
