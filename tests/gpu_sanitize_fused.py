@@ -14,11 +14,11 @@ import torch
 
 import lcr
 from lcr.embedding import fused
-from lcr.embedding.reference import POLICIES
+from lcr.embedding.slab_policies import SLAB_POLICIES
 from lcr.embedding.sls import read_bags
 
 rng = np.random.default_rng(0)
-for policy in POLICIES:
+for policy in SLAB_POLICIES:
     for dtype, dim in ((torch.float32, 1), (torch.float32, 6), (torch.float32, 128),
                        (torch.float16, 3), (torch.float16, 200)):
         table = torch.randn(3000, dim).to(dtype)

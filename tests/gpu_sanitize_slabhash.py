@@ -10,12 +10,12 @@ import numpy as np
 import torch
 
 import lcr
-from lcr.embedding.reference import POLICIES
+from lcr.embedding.slab_policies import SLAB_POLICIES
 
 rng = np.random.default_rng(0)
 table = torch.randn(3000, 8)
 store = lcr.HostStore(table)
-for policy in POLICIES:
+for policy in SLAB_POLICIES:
     cache = lcr.SlabHashCache(5, 8, policy=policy, device="cuda")
     for _ in range(6):
         indices = torch.as_tensor(rng.zipf(1.2, size=800) % 3000)

@@ -27,7 +27,8 @@ from lcr import _native  # noqa: E402
 from lcr.cuda import gpu_available  # noqa: E402
 from lcr.embedding import fused  # noqa: E402
 from lcr.embedding.cache import SlabHashCache, StalePlan  # noqa: E402
-from lcr.embedding.reference import BYPASSED, HIT, POLICIES, SlabsetReference  # noqa: E402
+from lcr.embedding.reference import BYPASSED, HIT, SlabsetReference  # noqa: E402
+from lcr.embedding.slab_policies import SLAB_POLICIES  # noqa: E402
 from lcr.embedding.sls import read_bags  # noqa: E402
 
 from test_slabhash_cache import (keys_in_slabset, next_batch_times, noisy,  # noqa: E402
@@ -106,7 +107,7 @@ def lockstep(policy: str, num_slabsets: int, batches, table, seed: int, noise: f
     return model
 
 
-@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("policy", list(SLAB_POLICIES))
 def test_zipf_bags_with_repeats_overflow_and_keys_past_2_31(policy, big_table):
     # 3 slabsets (192 slots) for 2000 keys: every batch evicts, and batches of up to ~250
     # distinct keys overflow a slabset (bypass).
@@ -118,7 +119,7 @@ def test_zipf_bags_with_repeats_overflow_and_keys_past_2_31(policy, big_table):
     assert int(cache.meta.keys.min()) >= BIG
 
 
-@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("policy", list(SLAB_POLICIES))
 def test_one_hot_slabset_under_adversarial_predictions(policy):
     # Every key in slabset 1 of 5: each miss evicts, LARU starts phases, and inverted
     # predictions drive its record and lambda.
@@ -150,7 +151,7 @@ def test_misses_past_the_staging_rows_are_read_from_the_table(policy, monkeypatc
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(policy=st.sampled_from(POLICIES), num_slabsets=st.integers(1, 4),
+@given(policy=st.sampled_from(list(SLAB_POLICIES)), num_slabsets=st.integers(1, 4),
        batches=st.lists(st.lists(st.integers(0, 299), max_size=120), min_size=1, max_size=4),
        width=st.sampled_from([(torch.float32, 2), (torch.float32, 3), (torch.float16, 8)]),
        seed=st.integers(0, 2 ** 32 - 1))
@@ -383,7 +384,7 @@ def test_a_fused_cuda_batch_never_synchronises_hits_or_misses(dtype):
 
 @pytest.mark.gpu
 @needs_gpu
-@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("policy", list(SLAB_POLICIES))
 def test_fused_cuda_batches_keep_the_cpu_two_step_state(policy):
     rng = np.random.default_rng(12)
     table = integer_table(3000, 8)

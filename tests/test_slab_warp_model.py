@@ -21,7 +21,8 @@ from lcr import _native  # noqa: E402
 from lcr.cuda import gpu_available  # noqa: E402
 from lcr.embedding.cache import SlabHashCache  # noqa: E402
 from lcr.embedding.hashing import slabset_of, tag_of  # noqa: E402
-from lcr.embedding.reference import POLICIES, SlabsetReference  # noqa: E402
+from lcr.embedding.reference import SlabsetReference  # noqa: E402
+from lcr.embedding.slab_policies import SLAB_POLICIES  # noqa: E402
 
 from test_slabhash_cache import (keys_in_slabset, next_batch_times, noisy,  # noqa: E402
                                  slot_counts, spec_counts, zipf_batches)
@@ -67,7 +68,7 @@ def three_way(policy, num_slabsets, batches, seed, noise=0.3):
     return cpu
 
 
-@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("policy", list(SLAB_POLICIES))
 def test_zipf_batches_with_duplicates_overflow_and_big_keys(policy):
     # 3 slabsets (not a power of two) of 64 slots for 2000 keys: constant eviction, and
     # batches of up to ~250 distinct keys overflow a slabset (bypass).
@@ -89,7 +90,7 @@ def test_many_misses_take_the_device_path_with_the_same_decisions(monkeypatch):
     assert cpu.readbacks > len(batches)  # the second read of the long miss lists happened
 
 
-@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("policy", list(SLAB_POLICIES))
 def test_one_hot_slabset_under_adversarial_predictions(policy):
     # Every key in slabset 1 of 5: each miss evicts, LARU starts phases, and inverted
     # predictions drive its record and lambda.

@@ -16,8 +16,9 @@ torch = pytest.importorskip("torch")
 from lcr.cuda import gpu_available  # noqa: E402
 from lcr.embedding import record_bit_of, slabset_of  # noqa: E402
 from lcr.embedding.cache import SlabHashCache, unique_in_order  # noqa: E402
-from lcr.embedding.reference import (BYPASSED, HIT, INSERTED, POLICIES,  # noqa: E402
+from lcr.embedding.reference import (BYPASSED, HIT, INSERTED,  # noqa: E402
                                      BitsetRecord, SlabsetReference)
+from lcr.embedding.slab_policies import SLAB_POLICIES  # noqa: E402
 
 gpu = pytest.mark.gpu
 needs_gpu = pytest.mark.skipif(not gpu_available(), reason="no CUDA GPU")
@@ -89,7 +90,7 @@ def keys_in_slabset(slabset: int, num_slabsets: int, count: int, start: int = 0)
     return out
 
 
-@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("policy", list(SLAB_POLICIES))
 @pytest.mark.parametrize("noise", [0.0, 0.3])
 def test_random_zipf_batches_match_the_reference(policy, noise):
     rng = np.random.default_rng(7)
@@ -99,7 +100,7 @@ def test_random_zipf_batches_match_the_reference(policy, noise):
     assert cache.bypassed > 0  # batches of up to ~500 unique keys overflow 4 slabsets of 64
 
 
-@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("policy", list(SLAB_POLICIES))
 def test_loops_larger_than_a_slabset_match_the_reference(policy):
     # One slabset, a loop of 80 keys read 16 at a time: the classic LRU worst case.
     loop = np.array(keys_in_slabset(0, 1, 80))
@@ -108,7 +109,7 @@ def test_loops_larger_than_a_slabset_match_the_reference(policy):
     assert cache.misses > 80
 
 
-@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("policy", list(SLAB_POLICIES))
 def test_adversarial_predictions_match_and_shrink_lambda(policy):
     rng = np.random.default_rng(3)
     batches = [rng.choice(keys_in_slabset(1, 2, 150), size=40) for _ in range(80)]
@@ -119,7 +120,7 @@ def test_adversarial_predictions_match_and_shrink_lambda(policy):
             "prediction_induced_misses"] > 0
 
 
-@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("policy", list(SLAB_POLICIES))
 def test_overfull_batch_pins_its_keys_and_bypasses_the_excess(policy):
     home = keys_in_slabset(0, 3, 200)
     cache = SlabHashCache(3, dim=2, policy=policy)
@@ -265,7 +266,7 @@ def gpu_vs_cpu(policy, batches, num_slabsets=64, device="cuda", seed=11):
 
 @gpu
 @needs_gpu
-@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("policy", list(SLAB_POLICIES))
 def test_cuda_engine_matches_cpu_engine_slot_by_slot(policy):
     rng = np.random.default_rng(11)
     # 7 slabsets (not a power of two) for 50k keys: evictions, and bypass on big batches.
@@ -276,7 +277,7 @@ def test_cuda_engine_matches_cpu_engine_slot_by_slot(policy):
 
 @gpu
 @needs_gpu
-@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("policy", list(SLAB_POLICIES))
 def test_cuda_engine_on_one_overfull_slabset_with_big_keys(policy):
     rng = np.random.default_rng(4)
     pool = [k + (1 << 40) for k in range(0, 400_000) if slabset_of(k + (1 << 40), 3) == 1][:300]

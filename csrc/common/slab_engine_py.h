@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include "common/slab_table.h"
+
 namespace lcr {
 
 using SlabProbeFn = void (*)(const pybind11::tuple&, uintptr_t, int64_t, uintptr_t, uintptr_t, uintptr_t, int);
@@ -14,9 +16,20 @@ using SlabInsertFn = void (*)(const pybind11::tuple&, uintptr_t, uintptr_t, uint
                               int64_t, uintptr_t, uintptr_t, uintptr_t, int);
 using SlabPredictFn = void (*)(const pybind11::tuple&, uintptr_t, uintptr_t, int64_t, uintptr_t, int);
 
+// {name: id} of every slab policy this module was built with (LCR_SLAB_POLICIES).
+inline pybind11::dict slab_policy_ids() {
+    pybind11::dict ids;
+#define LCR_SLAB_POLICY_ENTRY(id, name) ids[name] = static_cast<int>(id);
+    LCR_SLAB_POLICIES(LCR_SLAB_POLICY_ENTRY)
+#undef LCR_SLAB_POLICY_ENTRY
+    return ids;
+}
+
 inline void def_slab_engine(pybind11::module_& m, SlabProbeFn probe, SlabRefreshFn refresh, SlabInsertFn insert,
                             SlabPredictFn set_predictions) {
     namespace py = pybind11;
+    m.def("slab_policy_ids", &slab_policy_ids,
+          "{name: id} of the slab policies this module was built with (csrc/common/slab_table.h).");
     m.def("slab_probe", probe, py::arg("table"), py::arg("keys"), py::arg("n"), py::arg("slot_of"),
           py::arg("readback"), py::arg("stream"), py::arg("device"),
           "Slot of each lookup (-1: miss, listed in the read-back buffer, whose count it "

@@ -14,8 +14,15 @@ constexpr int kRecordWords = kRecordBits / 64;        // LARU record: 8192 bits
 constexpr int kMaxLambdaShift = 7;                    // 64 >> 7 == 0: the window is 1 from here on
 constexpr int64_t kEmptyKey = -1;                     // keys are non-negative row ids
 
-// lcr.embedding.reference.POLICIES in this order.
-enum SlabPolicy : int32_t { kLru = 0, kFpb = 1, kHf = 2, kLaru = 3, kLfu = 4 };
+// The slab policies, in engine-id order, with their names: the registry
+// lcr.embedding.slab_policies.SLAB_POLICIES must agree. Every engine module exports this
+// list (slab_policy_ids(), csrc/common/slab_engine_py.h), SlabHashCache refuses a module
+// that disagrees, and tests/test_slab_policies.py compares each engine built.
+#define LCR_SLAB_POLICIES(X) X(kLru, "lru") X(kFpb, "fpb") X(kHf, "hf") X(kLaru, "laru") X(kLfu, "lfu")
+
+#define LCR_SLAB_POLICY_ID(id, name) id,
+enum SlabPolicy : int32_t { LCR_SLAB_POLICIES(LCR_SLAB_POLICY_ID) kSlabPolicyCount };
+#undef LCR_SLAB_POLICY_ID
 
 // Non-owning view of one cache's metadata. Slot s of slabset j is index j * 64 + s.
 struct SlabTable {

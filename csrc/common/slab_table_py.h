@@ -25,7 +25,7 @@ inline SlabTable slab_table_from(const pybind11::tuple& view) {
     t.policy = view[9].cast<int32_t>();
     t.hf_window = view[10].cast<int32_t>();
     if (t.num_slabsets == 0) throw std::invalid_argument("num_slabsets must be at least 1");
-    if (t.policy < kLru || t.policy > kLfu) throw std::invalid_argument("unknown slab policy id");
+    if (t.policy < 0 || t.policy >= kSlabPolicyCount) throw std::invalid_argument("unknown slab policy id");
     if (t.hf_window < 1) throw std::invalid_argument("hf window must be at least 1");
     return t;
 }

@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from lcr.embedding.cache import SlabHashCache
-from lcr.embedding.reference import PREDICTIVE
+from lcr.embedding.slab_policies import parse_slab_policy
 from lcr.embedding.sls import sls
 
 RESIDENT = "embedding_bag"  # the baseline row: the whole table resident, no cache
@@ -151,10 +151,13 @@ def _clock(device: str):
 def run_one(workload: SlsWorkload, store, policy: str, cache_ratio: float, batch_size: int,
             dim: int, dtype, device: str, make_model: Callable | None, warmup: int,
             batches: int, profile: bool = False) -> SlsBenchResult:
-    """One cell: ``make_model()`` builds the predictor's model (None: no predictions)."""
+    """One cell: ``make_model()`` builds the predictor's model (None: no predictions), run
+    only for a slab policy that reads predictions."""
+    choice = parse_slab_policy(policy)
     cache = SlabHashCache.for_capacity(cache_ratio * workload.cache_rows, dim, dtype=dtype,
-                                       policy=policy, device=device)
-    predictor = BatchPredictor(make_model()) if make_model is not None and policy in PREDICTIVE else None
+                                       policy=choice, device=device)
+    predictive = make_model is not None and choice.policy.predictive
+    predictor = BatchPredictor(make_model()) if predictive else None
     work = [(start, indices.to(device), lengths.to(device))
             for start, indices, lengths in batches_of(workload, batch_size, warmup + batches)]
     timings: dict[str, float] | None = {} if profile else None

@@ -6,9 +6,9 @@ import argparse
 import json
 
 from lcr.atomic import write_output
+from lcr.embedding.slab_policies import SLAB_POLICIES, describe_slab_policies, parse_slab_policy
 from lcr.errors import LcrInputError
 
-POLICIES = ("lru", "fpb", "hf", "laru", "lfu")
 TILE_ROWS = 1 << 16  # distinct random rows of a generated table
 
 
@@ -82,7 +82,9 @@ def register(subparsers) -> None:
     p.add_argument("--cache-ratio", default="0.01,0.02,0.03",
                    help="cache slots as a fraction of the table's rows (dlrm, zipf) or of a trace "
                         "file's distinct keys")
-    p.add_argument("--policies", default=",".join(POLICIES))
+    p.add_argument("--policies", default=",".join(SLAB_POLICIES),
+                   help="slab policies, comma-separated, each NAME or NAME:OPTION=VALUE;... "
+                        f"(defaults: {describe_slab_policies()})")
     p.add_argument("--predictor", default="oracle", help="oracle, noisy:P, lightgbm or lightgbm-weak")
     p.add_argument("--store", default="host", help="host, or a redis URL (redis://..., unix://...)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
@@ -168,10 +170,10 @@ def check_args(args: argparse.Namespace) -> tuple[list[str], list[float], list[i
 
     from lcr.guards import check_memory, check_output_path
 
-    policies = _list(args.policies, str, "--policies")
-    unknown = set(policies) - set(POLICIES)
-    if unknown:
-        raise LcrInputError(f"--policies: unknown {', '.join(sorted(unknown))}; valid: {', '.join(POLICIES)}")
+    try:
+        policies = [str(parse_slab_policy(text)) for text in _list(args.policies, str, "--policies")]
+    except ValueError as err:
+        raise LcrInputError(f"--policies: {err}") from None
     ratios = _list(args.cache_ratio, float, "--cache-ratio")
     bad = [r for r in ratios if not (math.isfinite(r) and 0 < r <= 1)]
     if bad:

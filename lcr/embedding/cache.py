@@ -32,8 +32,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from lcr.embedding.reference import (BYPASSED, HIT, HF_WINDOW, INSERTED, POLICIES,
-                                     SLABSET_SLOTS)
+from lcr.embedding.reference import BYPASSED, HIT, INSERTED, SLABSET_SLOTS
+from lcr.embedding.slab_policies import SlabPolicyChoice, parse_slab_policy
 
 RECORD_WORDS = 8192 // 64
 READBACK_MISSES = 1024  # misses read back with the count; more cost a second read
@@ -56,12 +56,12 @@ class SlabMetadata:
         self.old_count = torch.zeros(num_slabsets, dtype=torch.int32, device=device)
         self.record = torch.zeros(num_slabsets * RECORD_WORDS, dtype=torch.int64, device=device)
 
-    def engine_view(self, num_slabsets: int, policy_id: int, hf_window: int) -> tuple:
+    def engine_view(self, num_slabsets: int, policy: SlabPolicyChoice) -> tuple:
         """The tuple ``slab_table_from`` (csrc/common/slab_table_py.h) reads."""
         return (self.keys.data_ptr(), self.tags.data_ptr(), self.stamps.data_ptr(),
                 self.predictions.data_ptr(),
                 self.old.data_ptr(), self.lambda_shift.data_ptr(), self.old_count.data_ptr(),
-                self.record.data_ptr(), num_slabsets, policy_id, hf_window)
+                self.record.data_ptr(), num_slabsets, *policy.engine_args())
 
 
 @dataclass
@@ -137,6 +137,15 @@ class _Engine:
         self.device = device
         self.on_gpu = device.type == "cuda"
         self.index = device.index if self.on_gpu else 0
+
+    def check_policy(self, policy: SlabPolicyChoice) -> None:
+        """Refuse a module built with another slab policy enum than the registry's."""
+        exported = getattr(self.module, "slab_policy_ids", dict)  # missing: built before the registry
+        built = exported().get(policy.name)
+        if built != policy.policy.engine_id:
+            found = "lacks it" if built is None else f"numbers it {built}"
+            raise RuntimeError(f"slab policy {policy.name!r} is {policy.policy.engine_id} in the registry but "
+                               f"{self.module.__name__} {found}: rebuild lcr's native modules")
 
     def stream(self) -> int:
         return torch.cuda.current_stream(self.device).cuda_stream if self.on_gpu else 0
@@ -254,8 +263,8 @@ def check_rows(rows, count: int, dim: int) -> None:
 class SlabHashCache:
     """``num_slabsets`` x 64 slots of ``dim``-wide rows, evicting by ``policy``.
 
-    policy: lru, fpb, hf, laru (b = 2) or lfu (libCacheSim's; ignores predictions). Keys
-    are non-negative int64 row ids.
+    policy: a slab policy registered in ``lcr.embedding.slab_policies``, as ``NAME`` or
+    ``NAME:OPTION=VALUE;...`` (e.g. ``hf:window=8``). Keys are non-negative int64 row ids.
     engine: "native" (device="cpu"), "cuda" (device="cuda", the default there) or
     "warp-model" (device="cpu": the CUDA kernels on the host warp model, for tests).
 
@@ -267,14 +276,13 @@ class SlabHashCache:
     from ``find`` is valid until the next ``commit`` (``StalePlan`` otherwise).
     """
 
-    def __init__(self, num_slabsets: int, dim: int, dtype="float32", policy: str = "lru",
-                 device="cpu", hf_window: int = HF_WINDOW, engine: str | None = None):
+    def __init__(self, num_slabsets: int, dim: int, dtype="float32", policy: str | SlabPolicyChoice = "lru",
+                 device="cpu", engine: str | None = None):
         if num_slabsets < 1:
             raise ValueError(f"num_slabsets must be at least 1, got {num_slabsets}")
         if dim < 1:
             raise ValueError(f"dim must be at least 1, got {dim}")
-        if policy not in POLICIES:
-            raise ValueError(f"unknown policy {policy!r}; valid: {', '.join(POLICIES)}")
+        policy = parse_slab_policy(policy)
         if dtype not in _DTYPES:
             raise ValueError(f"dtype must be float32 or float16, got {dtype!r}")
         self.device = torch.device(device)
@@ -289,6 +297,7 @@ class SlabHashCache:
         self.num_slabsets, self.dim, self.policy = int(num_slabsets), int(dim), policy
         self.dtype = _DTYPES[dtype]
         self.engine, self.engine_name = _Engine(engine, self.device), engine
+        self.engine.check_policy(policy)
         self.lock = threading.RLock()
         self._epoch = 0           # commits so far: a plan found before the last one is stale
         self._token = object()    # marks this cache's plans
@@ -298,7 +307,7 @@ class SlabHashCache:
         self.meta = SlabMetadata(self.num_slabsets, self.device)
         # Values by slot, then scratch rows where a batch's bypassed misses are served from.
         self.rows = torch.zeros(self.capacity, self.dim, dtype=self.dtype, device=self.device)
-        self._view = self.meta.engine_view(self.num_slabsets, POLICIES.index(policy), hf_window)
+        self._view = self.meta.engine_view(self.num_slabsets, policy)
         self.clock = 0
         self._hits = torch.zeros(1, dtype=torch.int64, device=self.device)
         self._bypassed = torch.zeros(1, dtype=torch.int64, device=self.device)
@@ -600,5 +609,5 @@ class SlabHashCache:
 
     def __repr__(self) -> str:
         return (f"SlabHashCache(num_slabsets={self.num_slabsets}, dim={self.dim}, "
-                f"dtype={self.dtype}, policy={self.policy!r}, device={str(self.device)!r}, "
+                f"dtype={self.dtype}, policy={str(self.policy)!r}, device={str(self.device)!r}, "
                 f"engine={self.engine_name!r})")

@@ -26,12 +26,15 @@ predicts) stores a value for keys that are cached; an inserted key starts unknow
 
 LFU (libCacheSim's: the fewest requests since the key was loaded, the key that reached
 that count first on ties) reads no predictions: ``set_predictions`` is ignored by the
-engines, which keep minus each key's count in its prediction slot instead (PREDICTIVE
-lists the policies that read predictions). Requests are counted per batch, once per
-distinct key, like recency.
+engines, which keep minus each key's count in its prediction slot instead
+(``SlabPolicy.predictive`` marks the policies that read predictions). Requests are counted
+per batch, once per distinct key, like recency.
 
 LARU's record of prediction-driven evictions is SlabHash's 8192-bit bitset
 (``BitsetRecord``), so the reference makes the same approximate decisions as the engines.
+
+Which spec policy a slabset runs, and with which options, is the slab policy registry's
+(``lcr.embedding.slab_policies.SLAB_POLICIES``).
 """
 from __future__ import annotations
 
@@ -39,49 +42,18 @@ import math
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
-from lcr.embedding.hashing import record_bit_of, slabset_of
-from lcr.policies import FPB, HF, LARU, LFU, LRU, Policy
+from lcr.embedding.hashing import slabset_of
+from lcr.embedding.slab_policies import BitsetRecord, SlabPolicyChoice, parse_slab_policy
+from lcr.policies import LFU, Policy
 
 SLABSET_SLOTS = 64  # 2 slabs x 32 slots
-# The engines' policy ids (csrc/common/slab_table.h, SlabPolicy) are indices here: append only.
-POLICIES = ("lru", "fpb", "hf", "laru", "lfu")
-PREDICTIVE = ("fpb", "hf", "laru")  # the policies that read set_predictions' values
-HF_WINDOW = 4  # the spec's default window
-LARU_B = 2.0  # the paper's b for k = 64
 
 # Outcome of one deduplicated key in a batch.
 HIT, INSERTED, BYPASSED = 0, 1, 2
 NO_KEY = -1  # "no eviction"; cached keys are non-negative row ids
 
-
-class BitsetRecord:
-    """LARU's record of prediction-evicted keys as an 8192-bit bitset (``record_bit_of``).
-
-    Membership is approximate with false positives only: a key reads as recorded when
-    another key sharing its bit was evicted by prediction in this phase, or when the key
-    itself was, then came back and left again by recency. ``discard`` keeps the bit,
-    since clearing it would also forget the keys that share it. A false positive makes
-    LARU evict by LRU once and shrink lambda, a choice that keeps its robustness bound.
-    """
-
-    def __init__(self) -> None:
-        self.bits = 0
-
-    def add(self, key: int) -> None:
-        self.bits |= 1 << record_bit_of(key)
-
-    def discard(self, key: int) -> None:
-        pass
-
-    def clear(self) -> None:
-        self.bits = 0
-
-    def __contains__(self, key: object) -> bool:
-        return bool(self.bits >> record_bit_of(int(key)) & 1)
-
-    def __len__(self) -> int:
-        return bin(self.bits).count("1")
-
+__all__ = ["BitsetRecord", "SlotPredictions", "SlabsetReference", "BatchOutcome", "pinned_keys",
+           "SLABSET_SLOTS", "HIT", "INSERTED", "BYPASSED", "NO_KEY"]
 
 
 class SlotPredictions:
@@ -93,21 +65,6 @@ class SlotPredictions:
     def predict(self, keys: Sequence[int], now: int) -> list[float]:
         get, nan = self.values.get, math.nan
         return [get(key, nan) for key in keys]
-
-
-def make_slabset_policy(name: str, predictions: SlotPredictions, hf_window: int = HF_WINDOW) -> Policy:
-    if name == "lru":
-        return LRU(SLABSET_SLOTS)
-    if name == "fpb":
-        return FPB(SLABSET_SLOTS, predictions, mode="sync")
-    if name == "hf":
-        return HF(SLABSET_SLOTS, predictions, mode="sync", window=hf_window)
-    if name == "laru":
-        return LARU(SLABSET_SLOTS, predictions, mode="sync", b=LARU_B, credit=False, guard=None, intervals=False,
-                    record=BitsetRecord())  # Algorithm 1, the slab engines' rule
-    if name == "lfu":
-        return LFU(SLABSET_SLOTS)
-    raise ValueError(f"unknown slabset policy {name!r}; valid: {', '.join(POLICIES)}")
 
 
 def pinned_keys(policy: Policy) -> set[int]:
@@ -130,16 +87,16 @@ class BatchOutcome:
 
 
 class SlabsetReference:
-    """``num_slabsets`` spec policies of 64 slots, served batch by batch."""
+    """``num_slabsets`` spec policies of 64 slots, served batch by batch. ``policy``: a slab
+    policy's name and options (``lcr.embedding.slab_policies``)."""
 
-    def __init__(self, num_slabsets: int, policy: str, hf_window: int = HF_WINDOW):
+    def __init__(self, num_slabsets: int, policy: str | SlabPolicyChoice):
         if num_slabsets < 1:
             raise ValueError(f"num_slabsets must be at least 1, got {num_slabsets}")
         self.num_slabsets = num_slabsets
-        self.policy = policy
+        self.policy = parse_slab_policy(policy)
         self.predictions = SlotPredictions()
-        self.slabsets = [make_slabset_policy(policy, self.predictions, hf_window)
-                         for _ in range(num_slabsets)]
+        self.slabsets = [self.policy.spec(SLABSET_SLOTS, self.predictions) for _ in range(num_slabsets)]
         self.clock = 0
 
     def access(self, keys: Iterable[int]) -> BatchOutcome:
