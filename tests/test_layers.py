@@ -6,8 +6,8 @@ import is still a dependency). The order, lowest first, and why each sits where 
   errors, _native, _cuda   the user-error type; the compiled engines (they import nothing)
   atomic guards redact     small utilities on errors; the ShareGPT record reader;
   sharegpt cuda            access to the optional CUDA engines
-  traces                   Trace, readers, generators, next-use: numpy only
-  policies                 the item-cache spec: nothing heavy, nothing above
+  traces                   Trace, readers, generators, next-use: numpy only (``LIGHT``)
+  policies                 the item-cache spec: the standard library only, nothing above
   predict                  predictors, the online model, its service, the back-off rule
   sim                      the item-cache simulator: replay, sweeps, prediction arrays, plots
   kv | embedding | moe     the other caches, each on top of the simulator's pieces
@@ -27,6 +27,7 @@ workloads, so a radix policy never builds the tree that runs it.
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 import pytest
@@ -47,6 +48,10 @@ LAYERS: tuple[frozenset[str], ...] = tuple(map(frozenset, (
     {"commands"},
     {"__main__"},
 )))
+
+#: Packages kept light: the only packages outside the standard library they may import.
+LIGHT = {"traces": frozenset({"numpy", "zstandard"}),  # zstandard: optional .zst decompression
+         "policies": frozenset()}                        # the spec runs anywhere Python does
 
 #: Inside one package: (package, its upper modules). Its other modules may not import them.
 UPPER_MODULES = {"kv": frozenset({"tree", "registry", "sim", "cli", "plot"})}
@@ -123,6 +128,14 @@ def upward_imports(root: Path = LCR) -> list[tuple[str, int, str, str]]:
     return found
 
 
+def heavy_imports(package: str, root: Path = LCR) -> list[tuple[str, int, str]]:
+    """``(module, line, import)`` for each import of ``lcr.<package>`` beyond ``LIGHT``."""
+    return [(module_name(path, root), line, target)
+            for path in sorted((root / package).rglob("*.py"))
+            for line, target in imported_modules(path, root)
+            if target.split(".")[0] not in {root.name, *sys.stdlib_module_names, *LIGHT[package]}]
+
+
 def test_every_import_points_down():
     upward = [(m, line, t, why) for m, line, t, why in upward_imports() if (m, t) not in ALLOWED]
     assert not upward, "imports that run back up:\n" + "\n".join(
@@ -132,6 +145,17 @@ def test_every_import_points_down():
 def test_the_allow_list_only_shrinks():
     present = {(m, t) for m, _, t, _ in upward_imports()}
     assert not ALLOWED - present, f"fixed, delete from ALLOWED: {sorted(ALLOWED - present)}"
+
+
+@pytest.mark.parametrize("package", sorted(LIGHT))
+def test_traces_need_numpy_only_and_policies_nothing(package):
+    assert not heavy_imports(package), heavy_imports(package)
+
+
+def test_a_planted_heavy_import_is_named(tmp_path):
+    root = _package(tmp_path / "lcr", {"__init__.py": "", "policies/__init__.py": "import heapq\n",
+                                       "policies/lru.py": "def f():\n    import numpy as np\n"})
+    assert heavy_imports("policies", root) == [("lcr.policies.lru", 2, "numpy")]
 
 
 def test_every_package_has_a_layer():
