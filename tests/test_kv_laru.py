@@ -102,6 +102,22 @@ def test_a_phase_ends_when_its_distinct_tokens_reach_the_capacity_and_resets_lam
     assert policy.stats.extra["phases"] == 2 and policy.lam == 1.0
 
 
+def test_equal_predictions_go_to_the_older_leaf():
+    policy = filled(4, {1: 5.0, 2: 5.0, 3: 5.0})
+    policy.begin_eviction(None, 4)
+    assert policy.pick_victim({0, 1, 2, 3}, 4) == 1
+
+
+def test_a_phase_counts_a_new_node_reported_alone_with_its_whole_depth():
+    # The measured rule (docs/kv.md, rule 3): a request that hits a 10-token path and
+    # inserts 5 tokens below it counts 10 + 15 tokens, not 15.
+    policy = filled(1, {}, capacity_tokens=30)
+    policy.begin_eviction(None, 1)
+    policy.on_access([0], 2, [10])
+    policy.on_access([7], 2, [15])
+    assert policy.phase_tokens == 25
+
+
 def test_stale_induced_miss_needs_a_node_unrequested_since_that_eviction():
     policy = filled(4, {2: 9.0})
     policy.begin_eviction(None, 4)
