@@ -21,7 +21,8 @@ CI compares the two victim by victim):
   as requested when it is split off). Each induced miss divides lambda by ``b`` and
   makes the rest of its eviction round LRU.
 * Confidence (``confidence=shadow``, the default): ``lcr.kv.shadow.ShadowLRU`` replays
-  every request through an LRU twin of the engine (the engine's ``on_request``). A phase
+  every request (the engine's ``on_request``) through an LRU twin the engine hands in
+  (its ``lru_twin()``; lcr's tree with LRU until every engine offers one). A phase
   that starts with this cache's hit tokens at least (1 - ``slack``) of the twin's (slack
   0.01) follows the rules above from lambda = 1; any other phase is LRU, and a trusted
   phase that falls behind turns LRU for its rest. So the loss to LRU is at most slack
