@@ -18,7 +18,7 @@ from lcr import _native  # noqa: E402
 from lcr.cli import build_parser, main  # noqa: E402
 from lcr.embedding.cache import SlabHashCache, _Engine  # noqa: E402
 from lcr.embedding.reference import SlabsetReference  # noqa: E402
-from lcr.embedding.slab_policies import SLAB_POLICIES, parse_slab_policy  # noqa: E402
+from lcr.embedding.slab_policies import SLAB_POLICIES, describe_slab_policies, parse_slab_policy  # noqa: E402
 
 from test_slabhash_cache import keys_in_slabset, next_batch_times, noisy  # noqa: E402
 
@@ -58,7 +58,7 @@ def test_a_cache_refuses_an_engine_that_numbers_its_policy_otherwise():
 
 
 @pytest.mark.parametrize("text,problem", [
-    ("opt", "unknown slab policy 'opt'; valid: lru, fpb, hf:window=4, laru, lfu"),
+    ("opt", f"unknown slab policy 'opt'; valid: {describe_slab_policies()}"),
     ("lru:window=2", "slab policy lru: unknown option 'window'; it takes none"),
     ("hf:size=2", "slab policy hf: unknown option 'size'; valid: window"),
     ("hf:window=0", "slab policy hf: window must be a whole number >= 1, got '0'"),
@@ -72,6 +72,11 @@ def test_unknown_policies_and_options_are_refused_in_one_line_everywhere(text, p
         assert str(err.value) == problem
     assert main(["bench", "sls", "--policies", f"lru,{text}"]) == 2
     assert capsys.readouterr().err.strip().splitlines() == [f"lcr bench: error: --policies: {problem}"]
+
+
+def test_the_list_of_valid_policies_is_the_registry_with_its_options():
+    assert describe_slab_policies().split(", ")[:5] == ["lru", "fpb", "hf:window=4", "laru", "lfu"]
+    assert len(describe_slab_policies().split(", ")) == len(SLAB_POLICIES)
 
 
 def test_choices_print_as_their_name_plus_the_options_changed():
