@@ -41,7 +41,9 @@ def replay(cls, w, capacity, predictor, **options):
     policy = Recorded(predictor, **options)
     tree = RadixTree(capacity, policy)
     hits = sum(tree.serve(request, now) for now, request in enumerate(w.requests))
-    return hits, victims, len(splits), policy.stats.extra
+    stats = policy.stats
+    return hits, victims, len(splits), {**stats.extra, "prediction_evictions": stats.prediction_evictions,
+                                        "lru_evictions": stats.lru_evictions}
 
 
 def assert_same_victims(w, capacity, noise, seed=3, **options):
@@ -50,7 +52,7 @@ def assert_same_victims(w, capacity, noise, seed=3, **options):
     first = next((i for i, (a, b) in enumerate(zip(fast[1], reference[1])) if a != b), None)
     assert first is None, f"victim {first}: fast {fast[1][first]}, reference {reference[1][first]}"
     assert len(fast[1]) == len(reference[1]) and fast[0] == reference[0]
-    for counter in ("phases", "prediction_induced_misses"):
+    for counter in ("phases", "prediction_induced_misses", "prediction_evictions", "lru_evictions"):
         assert fast[3][counter] == reference[3][counter], counter
     return fast
 

@@ -134,10 +134,9 @@ class ReferenceRadixLARU(LeafPolicy):
 
     def pick_victim(self, leaves, now):
         by_age = sorted(leaves, key=lambda key: (self.last.get(key, -1), key))
-        if self.lru_until_round_ends or self.lru_until_phase_ends:
-            return by_age[0]
-        window = by_age[:self.l]
+        window = by_age[:1] if self.lru_until_round_ends or self.lru_until_phase_ends else by_age[:self.l]
         if len(window) == 1:
+            self.stats.lru_evictions += 1
             return window[0]
         predicted = self.predictor.predict(window, now)
         self.stats.predictor_calls += 1
@@ -146,4 +145,7 @@ class ReferenceRadixLARU(LeafPolicy):
         victim = window[max(range(len(window)), key=order.__getitem__)]
         if victim != window[0]:
             self.record[victim] = now
+            self.stats.prediction_evictions += 1
+        else:
+            self.stats.lru_evictions += 1
         return victim
