@@ -195,7 +195,7 @@ def calibrate(urls: list[str], prompts: list[str], samples: int = 3, decode_toke
     request's fixed costs (HTTP, tokenising, scheduling) cancel in every difference. LBGR is
     told these instead of the GPU defaults, whose scale is far from a CPU worker's: its
     queueing term charges a request's decode share (decode / slots) to the requests queued
-    behind it (docs/routing.md, "Why LBGR lost with few clients")."""
+    behind it (docs/history.md, "Why LBGR lost with few clients")."""
     saved, alone, growth = [], [], []
     for text in prompts[:samples]:
         flush(urls)
@@ -314,7 +314,7 @@ def main() -> int:
         urls.append(f"http://127.0.0.1:{port}")
         # Worker i on core i mod cores: independent capacities, as on separate GPUs. Unpinned,
         # each worker's torch threads use every core and the two slow each other down (the
-        # small model's prefill: 5.1 ms per token unpinned, 0.67 pinned; docs/routing.md).
+        # small model's prefill: 5.1 ms per token unpinned, 0.67 pinned; docs/history.md).
         core = i % os.cpu_count() if args.pin_workers else None
         workers.append(start([sys.executable, "-m", "sglang_patch.launch_server", "--cache-policy", "lru",
                               "--model-path", str(model), "--device", "cpu", "--attention-backend",

@@ -1002,3 +1002,16 @@ def test_live_benchmarks_keep_one_entry_per_setting_and_a_rerun_overwrites_its_o
     assert json.loads(out.read_text()) == {setting(args()): {"run": 3}, setting(args(clients=16)): {"run": 2}}
     results = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
     assert not list(results.glob("routing_live_*")) and not list(results.glob("router_overhead_*"))
+
+
+def test_routing_docs_tables_are_the_results_files():
+    """Every table row docs/routing.md shows for a benchmark is what
+    benchmarks/routing_tables.py prints from benchmarks/results/: a re-run that leaves the
+    docs behind (or a hand-edited number) fails here."""
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, str(root / "benchmarks" / "routing_tables.py")],
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+    docs = (root / "docs" / "routing.md").read_text().splitlines()
+    rows = [line for line in out.splitlines() if line.startswith("| ") and "---" not in line]
+    assert len(rows) > 60
+    assert [row for row in rows if row not in docs] == []

@@ -62,7 +62,7 @@ def register(subparsers) -> None:
                     "/v1/chat/completions are forwarded (streaming too) to the worker the chosen "
                     "router picks; failed workers leave rotation and their requests are retried.")
     s.add_argument("--worker-urls", required=True, help="comma-separated worker base URLs")
-    # The same LBGR as sim-route's (one default: docs/routing.md, "One default").
+    # The same LBGR as sim-route's: one router object, simulated or live.
     s.add_argument("--router", default="lbgr",
                    help=f"one of {', '.join(ROUTERS)}, with parameters after ':' separated by ';', "
                         "e.g. lbgr:record=1 (keep LBGR's recent decisions for /lcr/metrics) (default: lbgr)")

@@ -216,8 +216,8 @@ class LBGRRouter(Router):
       breaking ties; a worker with a longer match is kept when its score is within
       ``HYSTERESIS`` of the best.
 
-    Every rule was measured against its alternatives, which were removed (docs/routing.md;
-    docs/history.md). ``record``: keep the per-worker ``Score`` terms of the last
+    Each rule was chosen over measured alternatives, since removed (docs/history.md,
+    "Routing"). ``record``: keep the per-worker ``Score`` terms of the last
     ``RECORD_LIMIT`` decisions in ``decisions`` (bounded for a long-running serve-router).
     ``learn=False`` freezes the residual fits (for tests that isolate the other terms).
     """
