@@ -9,6 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from lcr.errors import LcrInputError
 from lcr.kv.policies import LRU
@@ -1015,3 +1017,17 @@ def test_routing_docs_tables_are_the_results_files():
     rows = [line for line in out.splitlines() if line.startswith("| ") and "---" not in line]
     assert len(rows) > 60
     assert [row for row in rows if row not in docs] == []
+
+
+@settings(max_examples=300, deadline=None)
+@given(name=st.sampled_from(sorted(ROUTERS)),
+       option=st.from_regex(r"[a-z_][a-z0-9_]{0,20}", fullmatch=True),
+       value=st.one_of(st.integers(-5, 5), st.floats(allow_nan=True), st.text(max_size=8)))
+def test_any_option_a_router_does_not_name_is_refused_in_one_line(name, option, value):
+    """Fuzz: whatever option a router's OPTIONS do not name is refused with one line that
+    names it, never accepted or raised as a traceback."""
+    assume(option not in ROUTERS[name].OPTIONS and option not in ("workers", "seed", "service", "name"))
+    with pytest.raises(LcrInputError) as refused:
+        make_router(name, 2, **{option: value})
+    message = str(refused.value)
+    assert "\n" not in message and f"unknown option(s) {option};" in message
