@@ -146,10 +146,14 @@ def test_lpc_registers_its_sharegpt_generator_and_traces_do_not_know_it():
     import subprocess
     import sys
 
-    code = ("import lcr.traces as t; before = 'sharegpt' in t.GENERATORS; import lcr.lpc; "
-            "print(before, 'sharegpt' in t.GENERATORS, t.is_generator_spec('sharegpt:conversations=5'))")
+    code = ("import lcr.traces as t; before = 'sharegpt' in t.GENERATORS\n"
+            "try: t.load_trace('sharegpt:conversations=5')\n"
+            "except ValueError as err: print(err)\n"
+            "import lcr.lpc; print(before, 'sharegpt' in t.GENERATORS, t.is_generator_spec('sharegpt:half=eval'))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert out.stdout.split() == ["False", "True", "True"], out.stderr
+    refused, registered = out.stdout.splitlines()
+    assert registered.split() == ["False", "True", "True"], out.stderr
+    assert "nor a generator 'sharegpt'" in refused and "sharegpt with lcr.lpc" in refused
     from lcr.traces import register_generator
     from lcr.traces.generators import GENERATORS, zipf
 

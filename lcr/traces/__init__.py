@@ -18,6 +18,10 @@ def load_trace(source: str, fmt: str | None = None, limit: int | None = None) ->
             raise LcrInputError(f"limit must be at least 1 request, got {limit}", source=source)
         trace = generate(source)
         return trace.head(limit) if limit is not None and limit < len(trace) else trace
+    name, colon, _ = source.partition(":")
+    if colon and name.isidentifier() and not os.path.exists(source):
+        raise LcrInputError(f"no such trace file, nor a generator {name!r}; generators: {', '.join(GENERATORS)} "
+                            "(the layers above register theirs when imported: sharegpt with lcr.lpc)", source=source)
     return read_trace(source, fmt, limit)
 
 
