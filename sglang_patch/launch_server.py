@@ -38,7 +38,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m sglang_patch.launch_server", add_help=False,
+    p = _Parser(prog="python -m sglang_patch.launch_server", add_help=False, allow_abbrev=False,
                                 description=__doc__)
     p.add_argument("--cache-policy", default="lru", help=f"one of {', '.join(policies())}")
     p.add_argument("--predictor", choices=PREDICTORS,

@@ -8,6 +8,8 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import assume, example, given, settings
+from hypothesis import strategies as st
 
 import sglang_patch.launch_server as launcher
 from lcr.cli import main
@@ -101,3 +103,24 @@ def test_options_come_from_the_declaration():
     assert registry.policy("rlt").serving.options() == ("seed",)  # whole_leaf is fixed when served
     assert registry.policy("laru-lpc").options()[:3] == ("model", "invert", "scale")
     assert set(registry.policy("laru").options()) <= set(registry.policy("laru-lpc").options())
+
+
+_NAMES = st.from_regex(r"[a-z][a-z_]{0,11}", fullmatch=True)
+
+
+@settings(max_examples=60, deadline=None)
+@given(policy=st.sampled_from(["laru", "hf", "rlt", "lpc", "fpb"]), name=_NAMES)
+@example(policy="laru", name="conf")  # a prefix of --laru-confidence is no abbreviation of it
+def test_any_undeclared_option_is_refused_at_every_entry_naming_it(policy, name):
+    from lcr.kv.cli import parse_policies
+
+    declared = registry.policy(policy).serving.options()
+    assume(name not in declared and name not in sglang_config.PREDICTOR_OPTIONS)
+    if name not in registry.policy(policy).options():
+        with pytest.raises(LcrInputError, match=f"policy '{policy}': unknown option '{name}'"):
+            parse_policies(f"lru,{policy}:{name}=1")
+    with pytest.raises(LcrInputError, match=f"{policy} options: unknown {name};"):
+        sglang_config.PolicyConfig.parse(policy, {name: 1})
+    flag = f"--{policy}-{name.replace('_', '-')}"
+    with pytest.raises(LcrInputError, match=f"unknown flag {flag};"):
+        launcher.translate(["--cache-policy", policy, flag, "1", "--model-path", "m"])
