@@ -25,7 +25,8 @@ rates section also prints two ceilings on the cluster hit rate
    the conversation so far), Poisson 2 and 4 req/s in the replay's order, 4 workers x 8,192
    tokens, ServiceModel's defaults; KV policies lru, rlt and LPC with the oracle
    (`--lpc-model PATH` adds LPC with a model from `lcr lpc-train`).
-All numbers are simulated seconds.
+All numbers are simulated seconds. The results file (--out) is the benchmark's one file: a
+run of some sections replaces those and keeps the others (``merge_sections``).
 """
 from __future__ import annotations
 
@@ -197,11 +198,27 @@ def main() -> int:
             result["sharegpt"] += rows
     result["seconds"] = time.time() - started
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=1))
+    out = Path(args.out)
+    previous = json.loads(out.read_text()) if out.exists() else {}
+    out.write_text(json.dumps(merge_sections(previous, result), indent=1))
     if args.plot and paper and scaling:
         plot(paper, scaling, args.plot)
     print(f"\n{result['seconds']:.0f} s; wrote {args.out}")
     return 0
+
+
+SETUP = ("service", "gsp", "seeds")
+
+
+def merge_sections(previous: dict, result: dict) -> dict:
+    """The results file after a run: the sections it ran replace theirs, the others stay
+    (one file for the benchmark; a re-run of some sections overwrites only those);
+    ``seconds`` and ``last_run_sections`` are the last run's. A file from another setup
+    (service model, workload, seeds) is replaced whole."""
+    if any(previous.get(key) != result[key] for key in SETUP):
+        return result
+    kept = [s for s in previous.get("sections", []) if s not in result["sections"]]
+    return {**previous, **result, "sections": kept + result["sections"], "last_run_sections": result["sections"]}
 
 
 def print_relative(rows, key):

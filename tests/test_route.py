@@ -1031,3 +1031,19 @@ def test_any_option_a_router_does_not_name_is_refused_in_one_line(name, option, 
         make_router(name, 2, **{option: value})
     message = str(refused.value)
     assert "\n" not in message and f"unknown option(s) {option};" in message
+
+
+def test_routing_benchmark_rerun_of_some_sections_keeps_the_others():
+    """benchmarks/routing.py writes one results file: a run of some sections replaces
+    those and keeps the rest; a file from another setup is replaced whole."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from routing import merge_sections
+
+    setup = {"service": {"slots": 64}, "gsp": {"prompt_tokens": 2176}, "seeds": [0, 1, 2]}
+    full = {**setup, "sections": ["rates", "zipf"], "gsp_rates": [1], "gsp_zipf": [2], "seconds": 400}
+    rerun = {**setup, "sections": ["zipf"], "gsp_zipf": [3], "seconds": 50}
+    merged = merge_sections(full, rerun)
+    assert merged["gsp_rates"] == [1] and merged["gsp_zipf"] == [3]
+    assert merged["sections"] == ["rates", "zipf"] and merged["last_run_sections"] == ["zipf"]
+    other = {**rerun, "seeds": [0]}
+    assert merge_sections(full, other) == other
