@@ -183,6 +183,7 @@ def main() -> int:
         result["mooncake"] = rows
     chat = DATA / "chat" / "sharegpt_v3_sample1000.jsonl"
     if "sharegpt" in sections and chat.exists():
+        import lcr.lpc  # noqa: F401  (registers the sharegpt generator and LPC's radix policies)
         from lcr.traces import load_trace
         trace = load_trace(f"sharegpt:path={chat},half=eval")
         pairs = from_trace(trace, 64)
