@@ -10,7 +10,8 @@ pytest.importorskip("lightgbm")
 
 import lcr.predict.replayed as replayed_module  # noqa: E402
 from lcr.sim import PolicySpec, run_one, run_sweep  # noqa: E402
-from lcr.sim.predictions import PredictionCache, resolve_predictor  # noqa: E402
+from lcr.predict import PredictorSpec  # noqa: E402
+from lcr.sim.predictions import PredictionCache, replay_predictor  # noqa: E402
 from lcr.traces import generate  # noqa: E402
 
 SPECS = [PolicySpec.parse(p) for p in ("lru", "laru", "fpb", "hf")]
@@ -126,9 +127,9 @@ def test_a_torn_cache_file_is_recomputed(trace, passes, tmp_path):
 
 
 def test_learned_names_default_to_the_async_replay():
-    assert resolve_predictor("lightgbm") == "lightgbm:async"
-    assert resolve_predictor("lightgbm-weak") == "lightgbm-weak:async"
-    assert resolve_predictor("lightgbm:sync") == "lightgbm:sync"
-    assert resolve_predictor("lightgbm:retrain_every=2500;window=80000") == \
-        "lightgbm:async;retrain_every=2500;window=80000"
-    assert resolve_predictor("oracle") == "oracle"
+    for given, replayed in (("lightgbm", "lightgbm:async"), ("lightgbm-weak", "lightgbm-weak:async"),
+                            ("lightgbm:sync", "lightgbm:sync"), ("oracle", "oracle"),
+                            ("lightgbm:retrain_every=2500;window=80000",
+                             "lightgbm:async;retrain_every=2500;window=80000")):
+        assert replay_predictor(given) == PredictorSpec.parse(replayed)
+        assert str(replay_predictor(given)) == replayed

@@ -1,8 +1,8 @@
-"""The serving path's back-off rule (lcr.integrations.backoff), shared by the KV
+"""The serving path's back-off rule (lcr.predict.backoff), shared by the KV
 policies' predictor guard and LPC's request predictor."""
 import logging
 
-from lcr.integrations.backoff import Backoff
+from lcr.predict.backoff import Backoff
 
 
 def make():

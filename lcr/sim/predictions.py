@@ -61,11 +61,6 @@ def replay_predictor(predictor: "str | PredictorSpec") -> PredictorSpec:
     return replace(spec, mode="async") if spec.learned and spec.mode is None else spec
 
 
-def resolve_predictor(name: str) -> str:
-    """``replay_predictor`` from a name to a name."""
-    return str(replay_predictor(name))
-
-
 def trace_digest(trace: Trace) -> str:
     """SHA-256 of the trace's keys (computed once per trace object)."""
     cached = getattr(trace, "_keys_sha256", None)
