@@ -21,8 +21,16 @@ def _command_modules():
     return [sim_cli, ckpt_cli, kv_cli, predict_cli, predict_eval_cli, bench_cli, route_cli, lpc_cli]
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """Bad flags are one line naming the problem (not argparse's usage block), exit 2;
+    subcommands inherit it (add_subparsers makes parsers of the parent's class)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="lcr", description=__doc__)
+    parser = _OneLineParser(prog="lcr", description=__doc__)
     subparsers = parser.add_subparsers(dest="command", required=True)
     for module in _command_modules():
         module.register(subparsers)

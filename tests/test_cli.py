@@ -55,3 +55,17 @@ def test_sim_rejects_a_missing_trace_file(tmp_path):
 def test_python_dash_m_and_console_script_agree():
     out = lcr("--help")
     assert out.returncode == 0 and "sim" in out.stdout
+
+
+@pytest.mark.parametrize("args,message", [
+    (["sim", "loop:requests=100,keys=10", "--bogus"], "lcr: error: unrecognized arguments: --bogus"),
+    (["sim"], "lcr sim: error: the following arguments are required: trace"),
+    (["sim-route", "gsp", "--seed", "x"], "lcr sim-route: error: argument --seed: invalid int value"),
+    (["nope"], "lcr: error: argument command: invalid choice: 'nope'"),
+])
+def test_argparse_refusals_are_one_line_too(args, message):
+    """Flags argparse itself refuses (unknown, missing, mistyped) get the same one line as
+    lcr's own checks, not a usage block."""
+    out = lcr(*args)
+    assert out.returncode == 2 and message in out.stderr, out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1, out.stderr
