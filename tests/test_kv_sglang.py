@@ -28,7 +28,7 @@ from lcr.cli import main  # noqa: E402
 from lcr.errors import LcrInputError  # noqa: E402
 from lcr.integrations import sglang as integ  # noqa: E402
 from lcr.integrations.sglang_sim import MockAllocator, build_cache, replay_sglang  # noqa: E402
-from lcr.kv import PathOracle, RadixLRU, build_workload, make_policy, replay_lcr  # noqa: E402
+from lcr.kv import PathOracle, RadixLRU, build_workload, make_policy, registry, replay_lcr  # noqa: E402
 from lcr.traces import generate  # noqa: E402
 
 
@@ -37,14 +37,24 @@ def online_qa():
 
 
 def policy(name, w, capacity, noise=0.0, predictor=None):
-    if predictor is None and name in ("laru", "fpb", "hf"):
+    if predictor is None and name in registry.PREDICTIVE:
         predictor = PathOracle(w, noise)
     if name == "rlt":  # SGLang's tree evicts whole nodes: RLT's whole-leaf variant
         return make_policy(name, w, whole_leaf=True)
     return make_policy(name, w, predictor=predictor)
 
 
-@pytest.mark.parametrize("name", ["lru", "laru", "fpb", "hf", "rlt"])
+# Every registered policy that both trees run, except LPC's (they need a chat trace,
+# tests/test_lpc.py compares them): a new policy is checked here without a line added.
+BOTH_ENGINES = [name for name in registry.POLICIES
+                if registry.policy(name).engines == ("lcr", "sglang") and "workload" not in registry.policy(name).fixed]
+
+
+def test_the_parity_check_covers_lcr_s_own_policies():
+    assert {"lru", "laru", "fpb", "hf", "rlt", "opt"} <= set(BOTH_ENGINES)
+
+
+@pytest.mark.parametrize("name", BOTH_ENGINES)
 @pytest.mark.parametrize("noise", [0.0, 0.5])
 def test_sglang_tree_and_lcr_tree_hit_the_same_tokens(name, noise):
     w = online_qa()
