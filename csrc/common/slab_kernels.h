@@ -7,9 +7,10 @@
 // is a warp's, which owns one slabset at a time: lane l holds slot l of slab 0 and slot l
 // of slab 1, so a free slot is two coalesced loads and two ballots, and a victim is a
 // warp reduction.
-// LFU keeps each slot's request count in its prediction, negated (count_request), so
-// that the victim search of FPB (largest prediction, then least recently used) over every
-// evictable slot is LFU's rule: fewest requests, then the key that reached its count first.
+// LFU keeps each slot's request count in its prediction, negated (count_request), and FIFO
+// its insertion stamp, negated, so that the victim search of FPB (largest prediction, then
+// least recently used) over every evictable slot is their rule: LFU's fewest requests, then
+// the key that reached its count first; FIFO's oldest insertion.
 // Semantics (the spec is lcr.embedding.reference): docs/embedding.md. A batch of N
 // lookups at clock c: a hit's stamp is c + (position of the key's first lookup), an
 // inserted miss's is c + N + (its first position); the clock then moves to c + 2N.
@@ -91,16 +92,22 @@ LCR_WARP_FN void probe_lookup(W& w, const SlabTable& t, const int64_t* keys, int
     }
 }
 
-// LFU's counts live in the predictions as -count (one request per distinct key per batch):
-// a slot starts at -1 and each batch's first touch of a hit subtracts 1; other policies
-// start unknown (+inf) and take the values set_prediction writes, which LFU ignores.
-LCR_WARP_FN double fresh_prediction(const SlabTable& t) { return t.policy == kLfu ? -1.0 : INFINITY; }
+// LFU and FIFO keep their own order in the predictions, which set_prediction then leaves
+// alone. LFU: -count (one request per distinct key per batch): a slot starts at -1 and each
+// batch's first touch of a hit subtracts 1. FIFO: -(stamp at insertion), which hits leave
+// as it is; insertion stamps are distinct, so the largest is the slot inserted first.
+// Other policies start unknown (+inf) and take the values set_prediction writes.
+LCR_WARP_FN double fresh_prediction(const SlabTable& t, int64_t stamp) {
+    if (t.policy == kLfu) return -1.0;
+    if (t.policy == kFifo) return -double(stamp);  // exact below 2^53
+    return INFINITY;
+}
 
 LCR_WARP_FN void count_request(const SlabTable& t, int64_t slot) {
     if (t.policy == kLfu) t.predictions[slot] -= 1.0;  // the one first-touching thread: no race
 }
 
-LCR_WARP_FN bool takes_predictions(const SlabTable& t) { return t.policy != kLfu; }
+LCR_WARP_FN bool takes_predictions(const SlabTable& t) { return t.policy != kLfu && t.policy != kFifo; }
 
 // refresh: one thread per lookup. The first lookup of a hit key (smallest position p)
 // leaves stamp clock + p. Stamps only go down once they are >= clock, so exactly one
@@ -284,7 +291,8 @@ LCR_WARP_FN Inserted insert_key(W& w, const SlabTable& t, int64_t key, int64_t s
             switch (t.policy) {
                 case kLru: slot = set.oldest(w); break;
                 case kFpb:
-                case kLfu: slot = set.predicted_victim(w, t, set.evictable_count); break;
+                case kLfu:
+                case kFifo: slot = set.predicted_victim(w, t, set.evictable_count); break;
                 case kHf: slot = set.predicted_victim(w, t, imin(t.hf_window, set.evictable_count)); break;
                 default: slot = laru_victim(w, t, set, index, key); break;
             }
@@ -300,7 +308,7 @@ LCR_WARP_FN Inserted insert_key(W& w, const SlabTable& t, int64_t key, int64_t s
         t.keys[slot] = key;
         t.tags[slot] = tag_of(key);
         t.stamps[slot] = stamp;
-        t.predictions[slot] = fresh_prediction(t);
+        t.predictions[slot] = fresh_prediction(t, stamp);
     }
     w.sync();  // the next miss of this slabset must see this one's writes
     return Inserted{slot, victim_key};

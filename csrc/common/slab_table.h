@@ -18,7 +18,8 @@ constexpr int64_t kEmptyKey = -1;                     // keys are non-negative r
 // lcr.embedding.slab_policies.SLAB_POLICIES must agree. Every engine module exports this
 // list (slab_policy_ids(), csrc/common/slab_engine_py.h), SlabHashCache refuses a module
 // that disagrees, and tests/test_slab_policies.py compares each engine built.
-#define LCR_SLAB_POLICIES(X) X(kLru, "lru") X(kFpb, "fpb") X(kHf, "hf") X(kLaru, "laru") X(kLfu, "lfu")
+#define LCR_SLAB_POLICIES(X) \
+    X(kLru, "lru") X(kFpb, "fpb") X(kHf, "hf") X(kLaru, "laru") X(kLfu, "lfu") X(kFifo, "fifo")
 
 #define LCR_SLAB_POLICY_ID(id, name) id,
 enum SlabPolicy : int32_t { LCR_SLAB_POLICIES(LCR_SLAB_POLICY_ID) kSlabPolicyCount };
@@ -29,7 +30,8 @@ struct SlabTable {
     int64_t* keys;           // [slots] row id, kEmptyKey when free
     uint8_t* tags;           // [slots] tag_of(key), 0 when free: what a probe compares first
     int64_t* stamps;         // [slots] recency stamp; >= the batch's clock means "pinned"
-    double* predictions;     // [slots] predicted next-access time, +inf when unknown; LFU: -(requests)
+    double* predictions;     // [slots] predicted next-access time, +inf when unknown;
+                             // LFU: -(requests), FIFO: -(stamp at insertion)
     uint8_t* old;            // [slots] LARU phase bit: cached at the phase start, not requested since
     int32_t* lambda_shift;   // [slabsets] LARU lambda = 2^-shift
     int32_t* old_count;      // [slabsets] LARU: slots whose phase bit is set

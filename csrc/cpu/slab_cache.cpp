@@ -22,7 +22,7 @@ constexpr double kUnknown = std::numeric_limits<double>::infinity();
 
 using slab_kernels::count_request;     // LFU's counts, kept as the GPU's kernels keep them
 using slab_kernels::find_slot;         // the lookup rule of every engine
-using slab_kernels::fresh_prediction;
+using slab_kernels::fresh_prediction;  // a new slot's: unknown, LFU's count 1, FIFO's order
 
 // One slabset's view during an insertion: its evictable slots, oldest first.
 struct Slabset {
@@ -91,7 +91,9 @@ struct Slabset {
         switch (t.policy) {
             case kLru: return order[0];
             case kFpb:
-            case kLfu: return predicted_victim(evictable);  // -count: fewest requests, then LRU
+            case kLfu:   // -count: fewest requests, then LRU
+            case kFifo:  // -(insertion stamp): the oldest insertion
+                return predicted_victim(evictable);
             case kHf: return predicted_victim(std::min(t.hf_window, evictable));
             default: return laru_victim(key);
         }
@@ -175,7 +177,7 @@ void slab_insert_groups(const py::tuple& view, uintptr_t keys_ptr, uintptr_t fir
         t.keys[slot] = keys[i];
         t.tags[slot] = tag_of(keys[i]);
         t.stamps[slot] = stamp_base + first[i];
-        t.predictions[slot] = fresh_prediction(t);
+        t.predictions[slot] = fresh_prediction(t, t.stamps[slot]);
         slots[i] = slot;
     }
 }
@@ -186,7 +188,7 @@ void slab_set_predictions(const py::tuple& view, uintptr_t keys_ptr, uintptr_t v
     const int64_t* keys = data_at<int64_t>(keys_ptr);
     const double* values = data_at<double>(values_ptr);
     py::gil_scoped_release release;
-    if (!slab_kernels::takes_predictions(t)) return;  // LFU: the slots hold request counts
+    if (!slab_kernels::takes_predictions(t)) return;  // LFU, FIFO: the slots hold their own order
     for (int64_t i = 0; i < n; ++i) {
         const int64_t slot = find_slot(t, keys[i]);
         if (slot >= 0) t.predictions[slot] = std::isnan(values[i]) ? kUnknown : values[i];

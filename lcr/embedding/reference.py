@@ -8,7 +8,8 @@ of capacity 64. Lookups arrive in batches, served with these semantics:
 2. every hit is refreshed first (in batch order), then
 3. the misses are inserted, per slabset, in batch order;
 4. nothing hit or inserted by the current batch is evicted by it: those keys are pinned
-   (``pinned_keys``: the ``pinned`` set of the slabset's ``RecencyOrder``, or LFU's own),
+   (``pinned_keys``: the ``pinned`` set of the slabset's ``RecencyOrder``, or LFU's and
+   FIFO's own),
    which excludes them from every policy's eviction candidates;
 5. a miss whose slabset is full of pinned keys is *bypassed*: served from the backing
    store without being cached, and unseen by the slabset's policy.
@@ -28,7 +29,8 @@ LFU (libCacheSim's: the fewest requests since the key was loaded, the key that r
 that count first on ties) reads no predictions: ``set_predictions`` is ignored by the
 engines, which keep minus each key's count in its prediction slot instead
 (``SlabPolicy.predictive`` marks the policies that read predictions). Requests are counted
-per batch, once per distinct key, like recency.
+per batch, once per distinct key, like recency. FIFO (the key inserted longest ago; hits
+do not move it) reads none either: the engines keep minus each key's insertion stamp there.
 
 LARU's record of prediction-driven evictions is SlabHash's 8192-bit bitset
 (``BitsetRecord``), so the reference makes the same approximate decisions as the engines.
@@ -44,7 +46,7 @@ from typing import Iterable, Sequence
 
 from lcr.embedding.hashing import slabset_of
 from lcr.embedding.slab_policies import BitsetRecord, SlabPolicyChoice, parse_slab_policy
-from lcr.policies import LFU, Policy
+from lcr.policies import Policy
 
 SLABSET_SLOTS = 64  # 2 slabs x 32 slots
 
@@ -68,9 +70,9 @@ class SlotPredictions:
 
 
 def pinned_keys(policy: Policy) -> set[int]:
-    """The keys ``policy`` must not evict: its recency order's ``pinned`` set (LRU, FPB, HF,
-    LARU), or LFU's own, which has no recency order."""
-    return policy.pinned if isinstance(policy, LFU) else policy.recency.pinned
+    """The keys ``policy`` must not evict: its own ``pinned`` set (LFU, FIFO: no recency
+    order), or its recency order's (LRU, FPB, HF, LARU)."""
+    return policy.pinned if hasattr(policy, "pinned") else policy.recency.pinned
 
 
 @dataclass

@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
+from lcr.embedding.fifo import FIFO
 from lcr.embedding.hashing import record_bit_of
 from lcr.policies import FPB, HF, LARU, LFU, LRU, Policy
 
@@ -84,6 +85,8 @@ SLAB_POLICIES: dict[str, SlabPolicy] = {p.name: p for p in (
         record=BitsetRecord())),
     # libCacheSim's LFU; the engines keep minus each key's count in its prediction slot.
     SlabPolicy("lfu", 4, False, lambda k, predictions, o: LFU(k)),
+    # The engines keep minus each key's insertion stamp in its prediction slot.
+    SlabPolicy("fifo", 5, False, lambda k, predictions, o: FIFO(k)),
 )}
 
 
