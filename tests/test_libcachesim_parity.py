@@ -1,4 +1,4 @@
-"""LRU, OPT, SIEVE and the heuristics (ARC, LIRS, S3-FIFO, W-TinyLFU, LFU) make exactly as many
+"""LRU, OPT, SIEVE, CLOCK and the heuristics (ARC, LIRS, S3-FIFO, W-TinyLFU, LFU) make exactly as many
 misses as libCacheSim's on the same requests."""
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from conftest import data_file, real_trace
 
 lcs = pytest.importorskip("libcachesim")
 
-LIBCACHESIM = {"lru": "LRU", "opt": "Belady", "sieve": "Sieve"}
+LIBCACHESIM = {"lru": "LRU", "opt": "Belady", "sieve": "Sieve", "clock": "Clock"}
 
 
 def libcachesim_misses(trace: Trace, name: str, capacity: int) -> int:

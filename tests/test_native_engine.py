@@ -31,6 +31,7 @@ VARIANTS = [
     ("lru", {}),
     ("opt", {}),
     ("sieve", {}),
+    ("clock", {}),
     ("marker", {"seed": 7}),
     ("fpb", {}),
     ("fpb", {"mode": "async"}),

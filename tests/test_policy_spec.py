@@ -351,10 +351,29 @@ def test_blind_oracle_lru_follows_the_better_expert():
     assert combined < fpb and combined <= 2 * lru + 40
 
 
+@pytest.mark.parametrize("keys, evicted, other, other_evicted", [
+    # k = 3. t4: 1's bit sends it to the head, 2 goes; t6: 1 was reinserted unreferenced and
+    # goes before 4 (SIEVE's hand, resting past 3, takes 4 and keeps 1 for a hit at t7).
+    ([1, 2, 3, 1, 4, 5, 2, 1], [None] * 4 + [2, 3, 1, 4], "sieve", [None] * 4 + [2, 3, 4, None]),
+    # t5: 1 then 2 are reinserted in queue order, 3 goes; t6: 1 is now the oldest (LRU,
+    # ordering by the last hit, takes 2).
+    ([1, 2, 3, 2, 1, 4, 5], [None] * 5 + [3, 1], "lru", [None] * 5 + [3, 2]),
+])
+def test_clock_is_fifo_with_one_reinsertion_per_reference_bit(keys, evicted, other, other_evicted):
+    def victims(name):
+        policy = make_policy(name, 3)
+        for t, key in enumerate(keys):
+            policy.access(key, t)
+            yield policy.last_evicted
+
+    assert list(victims("clock")) == evicted
+    assert list(victims(other)) == other_evicted  # the trace tells CLOCK from its neighbour
+
+
 def test_opt_is_optimal_against_every_online_policy():
     trace = generate("zipf:requests=6000,keys=500,alpha=0.9,seed=10")
     opt = misses(trace, "opt", 25)
-    for name in ("lru", "sieve", "marker", "hf", "laru", "predictive_marker"):
+    for name in ("lru", "sieve", "clock", "marker", "hf", "laru", "predictive_marker"):
         assert misses(trace, name, 25, noise=0.5) >= opt
 
 

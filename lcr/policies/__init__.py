@@ -12,6 +12,7 @@ from typing import Sequence
 from lcr.policies.base import Policy, PolicyStats
 from lcr.policies.arc import ARC
 from lcr.policies.blind_oracle_lru import BlindOracleLRU
+from lcr.policies.clock import Clock
 from lcr.policies.fpb import FPB
 from lcr.policies.hf import HF
 from lcr.policies.laru import LARU, llm_shrink_every
@@ -29,7 +30,7 @@ from lcr.policies.sieve import Sieve
 from lcr.policies.split import LRUDist, MarkerDist, OPTDist
 from lcr.policies.wtinylfu import WTinyLFU
 
-_ALL = (LRU, OPT, FPB, HF, LARU, Marker, PredictiveMarker, BlindOracleLRU, Sieve,
+_ALL = (LRU, OPT, FPB, HF, LARU, Marker, PredictiveMarker, BlindOracleLRU, Sieve, Clock,
         LLRU, LRUDist, MarkerDist, OPTDist, LaruLLRU,
         ARC, LIRS, S3FIFO, WTinyLFU, LFU)  # the heuristics users would pick (issue 11)
 POLICIES: dict[str, type[Policy]] = {cls.name: cls for cls in _ALL}
