@@ -1,6 +1,9 @@
 """SlabHashCache on a GPU: find and insert throughput, and SLS on hits against embedding_bag.
 
-    PYTHONPATH=$PWD python benchmarks/slabhash_gpu.py [--out benchmarks/results/slabhash_gpu.json]
+    PYTHONPATH=$PWD python benchmarks/slabhash_gpu.py [--out F.json]
+
+Writes benchmarks/results/slabhash_gpu_<device>.json by default (<device>: ``device_label``,
+e.g. h100, h200), one file per device: a re-run overwrites it.
 
 1. HierarchicalKV's setup: random int64 keys, a table of 2^24 slots (its keys array alone,
    128 MB, is well beyond the 50 MB L2 of an H100), load factor 0.5 / 0.75 / 1.0, value
@@ -296,9 +299,21 @@ def environment():
                 nvcc=run(["nvcc", "--version"]).splitlines()[-1:] or "unknown")
 
 
+def device_label() -> str:
+    """The GPU's model in lower case, as results files name it: "NVIDIA H100 80GB HBM3" -> h100."""
+    import re
+
+    import torch
+    name = torch.cuda.get_device_name()
+    model = re.search(r"\b[A-Z]+\d{2,4}[A-Z]*\b", name)
+    return (model.group(0) if model else re.sub(r"\W+", "_", name)).lower()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="benchmarks/results/slabhash_gpu.json")
+    parser.add_argument("--out", help="default: benchmarks/results/slabhash_gpu_<device>.json")
+    parser.add_argument("--device-label", action="store_true",
+                        help="print the device's name as results files use it, then stop")
     parser.add_argument("--skip-table", action="store_true", help="only SLS on hits")
     parser.add_argument("--batches", default="2048",
                         help="comma-separated SLS batch sizes (bags of 50 lookups each)")
@@ -323,6 +338,9 @@ def main() -> int:
     if not gpu_available():  # raises when torch sees a GPU that lcr._cuda does not
         print("slabhash_gpu: no CUDA GPU here (or lcr was built without nvcc); nothing measured.")
         return 1
+    if args.device_label:
+        print(device_label())
+        return 0
     if args.profile:
         profile()
         return 0
@@ -341,8 +359,9 @@ def main() -> int:
     result["device_copy_gb_per_s"] = device_copy_gb_per_s()
     if not args.skip_table:
         result["table"] = table_throughput()
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
+    out = args.out or f"benchmarks/results/slabhash_gpu_{device_label()}.json"
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    with open(out, "w") as f:
         json.dump(result, f, indent=1)
     return 0
 

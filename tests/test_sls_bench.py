@@ -82,3 +82,20 @@ def test_the_online_model_learns_on_the_predictor_thread():
         assert predictor.work_s > 0
     finally:
         predictor.close()
+
+
+def test_bench_sls_runs_predictive_policies_once_per_predictor_into_one_file(tmp_path, capsys):
+    out = tmp_path / "sls.json"
+    assert main(["bench", "sls", "--table-rows", "3000", "--dim", "4", "--pooling", "5",
+                 "--batch-sizes", "16", "--cache-ratio", "0.05", "--policies", "lru,laru",
+                 "--predictor", "oracle,noisy:1", "--batches", "2", "--warmup", "1",
+                 "--json", str(out)]) == 0
+    assert "laru/noisy:1" in capsys.readouterr().out
+    results = json.loads(out.read_text())["results"]
+    assert [(r["policy"], r["predictor"]) for r in results] == [
+        ("embedding_bag", ""), ("lru", ""), ("laru", "oracle"), ("laru", "noisy:1")]
+    from lcr.embedding.bench import markdown_table
+    table = markdown_table(out).splitlines()
+    assert [line.split(" | ")[1] for line in table[2:]] == ["embedding_bag", "lru", "laru/oracle", "laru/noisy:1"]
+    assert main(["bench", "sls", "--predictor", "oracle,psychic"]) == 2
+    assert "--predictor: 'psychic'" in capsys.readouterr().err

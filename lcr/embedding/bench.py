@@ -49,6 +49,11 @@ class SlsBenchResult:
     stages_ms: dict[str, float] = field(default_factory=dict)  # per batch (profile runs only)
     predictor_ms: float = 0.0         # predictor thread's work per batch (observe + predict)
     predictor_wait_ms: float = 0.0    # what the serving loop waited for it, per batch
+    predictor: str = ""               # what a predictive policy's predictions came from
+
+    @property
+    def label(self) -> str:
+        return f"{self.policy}/{self.predictor}" if self.predictor else self.policy
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -150,9 +155,9 @@ def _clock(device: str):
 
 def run_one(workload: SlsWorkload, store, policy: str, cache_ratio: float, batch_size: int,
             dim: int, dtype, device: str, make_model: Callable | None, warmup: int,
-            batches: int, profile: bool = False) -> SlsBenchResult:
+            batches: int, profile: bool = False, predictor_name: str = "") -> SlsBenchResult:
     """One cell: ``make_model()`` builds the predictor's model (None: no predictions), run
-    only for a slab policy that reads predictions."""
+    only for a slab policy that reads predictions; ``predictor_name`` labels its result."""
     choice = parse_slab_policy(policy)
     cache = SlabHashCache.for_capacity(cache_ratio * workload.cache_rows, dim, dtype=dtype,
                                        policy=choice, device=device)
@@ -189,7 +194,8 @@ def run_one(workload: SlsWorkload, store, policy: str, cache_ratio: float, batch
         hit_ratio=cache.hit_ratio, samples_per_s=batch_size * batches / seconds,
         stages_ms={s: 1e3 * t / batches for s, t in timings.items()} if profile else {},
         predictor_ms=1e3 * predictor.work_s / batches if predictor else 0.0,
-        predictor_wait_ms=1e3 * predictor.wait_s / batches if predictor else 0.0)
+        predictor_wait_ms=1e3 * predictor.wait_s / batches if predictor else 0.0,
+        predictor=predictor_name if predictor else "")
 
 
 def run_resident(workload: SlsWorkload, table: torch.Tensor, batch_size: int, device: str,
@@ -210,7 +216,7 @@ def run_resident(workload: SlsWorkload, table: torch.Tensor, batch_size: int, de
 
 def run_sls_bench(workload: SlsWorkload, store, *, policies, cache_ratios, batch_sizes, dim,
                   dtype="float32", device="cpu", make_model=None, warmup=3, batches=10,
-                  profile=False, table: torch.Tensor | None = None,
+                  profile=False, table: torch.Tensor | None = None, predictor: str = "",
                   progress: Callable[[SlsBenchResult], None] | None = None) -> list[SlsBenchResult]:
     """Every (cache ratio, batch size, policy) cell, and, given the full ``table``, the
     resident ``embedding_bag`` row per batch size (first, under the first ratio)."""
@@ -227,22 +233,41 @@ def run_sls_bench(workload: SlsWorkload, store, *, policies, cache_ratios, batch
                 add(run_resident(workload, table, batch_size, device, warmup, batches))
             for policy in policies:
                 add(run_one(workload, store, policy, ratio, batch_size, dim, dtype, device,
-                            make_model, warmup, batches, profile))
+                            make_model, warmup, batches, profile, predictor))
     return results
 
 
 def format_table(results: list[SlsBenchResult]) -> str:
     stages = list(dict.fromkeys(s for r in results for s in r.stages_ms))  # the paths' own
-    header = (f"{'ratio':>6} {'batch':>6} {'policy':>13} {'latency ms':>10} {'hit ratio':>9} "
+    header = (f"{'ratio':>6} {'batch':>6} {'policy':>18} {'latency ms':>10} {'hit ratio':>9} "
               f"{'samples/s':>10} {'pred ms':>8} {'wait ms':>8}"
               + "".join(f" {s + ' ms':>9}" for s in stages))
     lines = [header, "-" * len(header)]
     for r in results:
         ratio = "-" if r.policy == RESIDENT else f"{r.cache_ratio:.1%}"
-        lines.append(f"{ratio:>6} {r.batch_size:>6} {r.policy:>13} {r.latency_ms:>10.2f} "
+        lines.append(f"{ratio:>6} {r.batch_size:>6} {r.label:>18} {r.latency_ms:>10.2f} "
                      f"{r.hit_ratio:>9.3f} {r.samples_per_s:>10.0f} {r.predictor_ms:>8.2f} "
                      f"{r.predictor_wait_ms:>8.2f}"
                      + "".join(f" {r.stages_ms.get(s, 0.0):>9.2f}" for s in stages))
+    return "\n".join(lines)
+
+
+def markdown_table(path) -> str:
+    """The results of an ``lcr bench sls --json`` file as the Markdown table docs/embedding.md
+    shows: per batch size and policy, the hit ratio and samples/s at each cache ratio (the
+    resident ``embedding_bag`` row under every ratio)."""
+    import json
+
+    with open(path) as f:
+        rows = [SlsBenchResult(**r) for r in json.load(f)["results"]]
+    ratios = sorted({r.cache_ratio for r in rows if r.policy != RESIDENT})
+    cells = {(r.batch_size, r.label, r.cache_ratio): r for r in rows}
+    lines = ["| batch | policy | " + " | ".join(f"{x:.0%}: hit ratio, samples/s" for x in ratios) + " |",
+             "|---|---|" + "---|" * len(ratios)]
+    for batch, label in dict.fromkeys((r.batch_size, r.label) for r in rows):
+        found = [cells.get((batch, label, 1.0 if label == RESIDENT else x)) for x in ratios]
+        lines.append(f"| {batch} | {label} | " + " | ".join(
+            f"{r.hit_ratio:.3f}, {r.samples_per_s:,.0f}" if r else "" for r in found) + " |")
     return "\n".join(lines)
 
 
@@ -260,8 +285,9 @@ def plot_latency(results: list[SlsBenchResult], path, title: str = "") -> None:
     resident = {r.batch_size: r.latency_ms for r in results if r.policy == RESIDENT}
     ratios = sorted({r.cache_ratio for r in cached})
     sizes = sorted({r.batch_size for r in cached})
-    policies = list(dict.fromkeys(r.policy for r in cached)) + ([RESIDENT] if resident else [])
-    at = {(r.cache_ratio, r.batch_size, r.policy): r.latency_ms for r in cached}
+    policies = list(dict.fromkeys(r.label for r in cached)) + ([RESIDENT] if resident else [])
+    at = {(r.cache_ratio, r.batch_size, r.label): r.latency_ms for r in cached}
+    laru = next((label for label in policies if label.split("/")[0] == "laru"), None)
     at.update({(ratio, size, RESIDENT): ms for ratio in ratios for size, ms in resident.items()})
     fig, axes = plt.subplots(1, len(ratios), figsize=(4.2 * len(ratios), 3.4), squeeze=False)
     width = 0.8 / len(policies)
@@ -270,10 +296,10 @@ def plot_latency(results: list[SlsBenchResult], path, title: str = "") -> None:
             xs = [i + (p - (len(policies) - 1) / 2) * width for i in range(len(sizes))]
             ax.bar(xs, [at.get((ratio, s, policy), 0) for s in sizes], width, label=policy)
         for i, size in enumerate(sizes):
-            lru, laru = at.get((ratio, size, "lru")), at.get((ratio, size, "laru"))
-            if lru and laru:
+            lru, laru_ms = at.get((ratio, size, "lru")), at.get((ratio, size, laru))
+            if lru and laru_ms:
                 top = max(at.get((ratio, size, p), 0) for p in policies)
-                ax.annotate(f"{(lru - laru) / lru:+.1%}", (i, top), ha="center", va="bottom",
+                ax.annotate(f"{(lru - laru_ms) / lru:+.1%}", (i, top), ha="center", va="bottom",
                             fontsize=7, bbox=dict(boxstyle="square,pad=0.2", fc="white", lw=0.5))
         ax.set_xticks(range(len(sizes)), [str(s) for s in sizes])
         ax.set(xlabel="batch size", ylabel="avg SLS latency (ms)", title=f"cache ratio {ratio:.0%}")

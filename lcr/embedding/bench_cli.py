@@ -85,7 +85,9 @@ def register(subparsers) -> None:
     p.add_argument("--policies", default=",".join(SLAB_POLICIES),
                    help="slab policies, comma-separated, each NAME or NAME:OPTION=VALUE;... "
                         f"(defaults: {describe_slab_policies()})")
-    p.add_argument("--predictor", default="oracle", help="oracle, noisy:P, lightgbm or lightgbm-weak")
+    p.add_argument("--predictor", default="oracle",
+                   help="oracle, noisy:P, lightgbm or lightgbm-weak, or several comma-separated: "
+                        "each policy that reads predictions runs once per predictor, the others once")
     p.add_argument("--store", default="host", help="host, or a redis URL (redis://..., unix://...)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--batches", type=int, default=10, help="timed batches per configuration")
@@ -199,7 +201,7 @@ def check_args(args: argparse.Namespace) -> tuple[list[str], list[float], list[i
 
 def run(args: argparse.Namespace) -> int:
     policies, ratios, sizes = check_args(args)
-    predictor, noise = parse_predictor(args.predictor)
+    predictors = [(text, *parse_predictor(text)) for text in _list(args.predictor, str, "--predictor")]
     if args.device == "cuda":
         from lcr.cuda import gpu_available
         if not gpu_available():
@@ -210,15 +212,20 @@ def run(args: argparse.Namespace) -> int:
 
     workload = load_workload(args)
     store, table = make_store(args, workload.rows)
-    make_model = model_factory(predictor, workload.lookups, workload.rows, noise, args.seed)
-    store_name = redact_url(args.store)
+    store_name = redact_url(args.store) if store_kind(args.store) == "redis" else args.store  # only URLs hold secrets
     print(f"lcr bench sls: {len(workload.lookups)} lookups over {workload.distinct} distinct rows, "
           f"dim {args.dim} {args.dtype}, pooling {args.pooling}, store {store_name}, "
           f"device {args.device}, predictor {args.predictor}", flush=True)
-    results = run_sls_bench(workload, store, policies=policies, cache_ratios=ratios, batch_sizes=sizes,
-                            dim=args.dim, dtype=args.dtype, device=args.device, make_model=make_model,
-                            warmup=args.warmup, batches=args.batches, profile=args.profile,
-                            table=table)
+    results = []
+    for i, (name, predictor, noise) in enumerate(predictors):
+        # The policies that ignore predictions (and the resident baseline) run once.
+        todo = policies if i == 0 else [p for p in policies if parse_slab_policy(p).policy.predictive]
+        results += run_sls_bench(workload, store, policies=todo, cache_ratios=ratios, batch_sizes=sizes,
+                                 dim=args.dim, dtype=args.dtype, device=args.device,
+                                 make_model=model_factory(predictor, workload.lookups, workload.rows, noise,
+                                                          args.seed),
+                                 warmup=args.warmup, batches=args.batches, profile=args.profile,
+                                 table=table if i == 0 else None, predictor=name)
     print(format_table(results))
     if args.json:
         arguments = {k: v for k, v in vars(args).items() if k != "func"}
