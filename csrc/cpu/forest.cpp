@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "cpu/answer_rule.h"
+#include "cpu/model_stream.h"
 #include "cpu/registry.h"
 
 namespace py = pybind11;
@@ -615,6 +616,7 @@ void register_forest(py::module_& m) {
              "(offset per slot, NaN = unknown) is read and filled.")
         .def_property_readonly("num_trees", &Forest::num_trees)
         .def_property_readonly("method", &Forest::method, "The evaluation in use: 'masks' or 'walk'.");
+    register_model_stream(m);  // the model's feature rows and samples (model_stream.cpp)
 }
 
 }  // namespace lcr

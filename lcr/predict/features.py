@@ -26,6 +26,9 @@ from lcr.errors import LcrInputError
 
 MODES = ("full", "compact")
 _VECTOR_LOOKUP_MIN = 64  # below this many keys, dict probes beat numpy call overhead
+_NO_ROWS = np.zeros((0, 0))
+# Exponents numpy's ``array ** scalar`` computes by a shortcut (square, sqrt, reciprocal, ...).
+_SCALAR_POWER_SHORTCUTS = np.array([-1.0, 0.0, 0.5, 1.0, 2.0])
 
 
 @dataclass(frozen=True)
@@ -104,67 +107,97 @@ class FeatureStore:
         return key in self._slot
 
     def update(self, key: int, t: float, static: Sequence[float] | None = None) -> np.ndarray:
-        """Record an access to ``key`` at ``t``; return its row (a view: copy to keep it)."""
-        slot = self._slot.get(key)
-        if slot is None:
-            slot = self._new_slot(key)
-            self._first_time[slot] = t
-            delta = None
-        else:
-            delta = t - self._last_time[slot]
-        self._last_time[slot] = t
-        row = self._rows[slot]
-        if self.config.mode == "compact":
-            row[0] = t
-            row[2] += 1
-            if delta is not None:
-                row[3] = delta
-        else:
-            self._update_full(row, delta)
-            row[self._layout.age] = t - self._first_time[slot]
-            if static is not None:
-                self._set_static(row, static)
-        return row
+        """Record an access to ``key`` at ``t``; return its row (a copy)."""
+        return self.update_many(np.array([key], dtype=np.int64), np.array([t], dtype=np.float64),
+                                None if static is None else [static])[0]
 
-    def _update_full(self, row: np.ndarray, delta: float | None) -> None:
-        lay = self._layout
-        edcs = row[lay.edcs]
-        if delta is not None:
-            deltas = row[lay.deltas]
-            deltas[1:] = deltas[:-1].copy()
-            deltas[0] = delta
-            edcs *= self._decay ** delta
-        edcs += 1.0
-        row[lay.count] += 1
+    def update_many(self, keys: np.ndarray, times: np.ndarray, static=None) -> np.ndarray:
+        """Record accesses (int64 keys, float64 times) in order, as ``update`` one by one
+        would; return each access's row right after it (n x width). ``static``: n x
+        ``static_fields`` values (full layout; None: rows keep what they had)."""
+        keys = np.ascontiguousarray(keys, dtype=np.int64)
+        times = np.ascontiguousarray(times, dtype=np.float64)
+        c = self.config
+        compact = c.mode == "compact"
+        static = _NO_ROWS if static is None or compact else self._checked_static(static, len(keys))
+        slots, first = self._slots_making(keys)
+        factors = _NO_ROWS if compact else self._decay_factors(self._deltas(slots, times))
+        out = np.empty((len(keys), self.width))
+        _native().update_feature_rows(self._rows, self._last_time, self._first_time, slots, times,
+                                      first.view(np.uint8), factors, static, compact, c.n_deltas, c.n_edcs, out)
+        return out
 
-    def _set_static(self, row: np.ndarray, static: Sequence[float]) -> None:
-        n = len(self.config.static_fields)
-        if len(static) != n:
-            raise LcrInputError(f"static metadata: expected {n} values "
-                                f"({', '.join(self.config.static_fields) or 'none configured'}), "
-                                f"got {len(static)}")
-        row[self._layout.static:self._layout.static + n] = static
+    def _deltas(self, slots: np.ndarray, times: np.ndarray) -> np.ndarray:
+        """Each access's interval since the key's previous access, within the batch or
+        before it (meaningless for a key's first access, which uses none)."""
+        previous = self._last_time[slots]
+        order = np.argsort(slots, kind="stable")
+        again = slots[order[1:]] == slots[order[:-1]]
+        previous[order[1:][again]] = times[order[:-1][again]]
+        return times - previous
 
-    def _new_slot(self, key: int) -> int:
-        slot = len(self._slot)
-        if slot == len(self._rows):
-            grown = np.full((2 * slot, self.width), np.nan)
-            grown[:slot] = self._rows
+    def _decay_factors(self, deltas: np.ndarray) -> np.ndarray:
+        """``decay ** delta`` per access (n x n_edcs), each row as numpy computes it for
+        one scalar delta: for exponents like 2 it takes a shortcut (x * x) whose last bit
+        can differ from its vector power's, and a key's counters must not depend on how
+        its accesses were batched."""
+        factors = self._decay[None, :] ** deltas[:, None]
+        for special in np.unique(deltas[np.isin(deltas, _SCALAR_POWER_SHORTCUTS)]):
+            factors[deltas == special] = self._decay ** special
+        return factors
+
+    def _checked_static(self, static, n: int) -> np.ndarray:
+        fields = self.config.static_fields
+        try:
+            static = np.ascontiguousarray(static, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise TypeError(f"static metadata must be numbers, got {static!r:.60}") from None
+        if static.shape != (n, len(fields)):
+            raise LcrInputError(f"static metadata: expected {len(fields)} values "
+                                f"({', '.join(fields) or 'none configured'}) per access, got shape {static.shape}")
+        return static
+
+    def _slots_making(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(slots, first)``: each key's slot, new keys numbered in order of first
+        appearance; ``first`` marks each new key's first access."""
+        slots = self.slots(keys)
+        first = np.zeros(len(keys), dtype=bool)
+        new = np.flatnonzero(slots < 0)
+        if len(new):
+            unique, at, inverse = np.unique(keys[new], return_index=True, return_inverse=True)
+            appearance = np.argsort(at, kind="stable")  # unique[appearance]: the new keys in order seen
+            rank = np.empty(len(unique), dtype=np.int64)
+            rank[appearance] = np.arange(len(unique))
+            start = self._new_slots(unique[appearance])
+            slots[new] = start + rank[inverse.reshape(-1)]
+            first[new[at]] = True
+        return slots, first
+
+    def _new_slots(self, keys: np.ndarray) -> int:
+        """Give ``keys`` (none seen before) the next slots, in order; return the first."""
+        start, end = len(self._slot), len(self._slot) + len(keys)
+        size = len(self._rows)
+        while size < end:
+            size *= 2
+        if size > len(self._rows):
+            grown = np.full((size, self.width), np.nan)
+            grown[:start] = self._rows[:start]
             self._rows = grown
-            self._last_time = np.concatenate([self._last_time, np.zeros(slot)])
-            self._first_time = np.concatenate([self._first_time, np.zeros(slot)])
-            self._key_of_slot = np.concatenate([self._key_of_slot, np.zeros(slot, dtype=np.int64)])
-        row = self._rows[slot]
-        row[:] = np.nan
+            extra = size - len(self._last_time)
+            self._last_time = np.concatenate([self._last_time, np.zeros(extra)])
+            self._first_time = np.concatenate([self._first_time, np.zeros(extra)])
+            self._key_of_slot = np.concatenate([self._key_of_slot, np.zeros(extra, dtype=np.int64)])
+        rows = self._rows[start:end]
+        rows[:] = np.nan
         if self.config.mode == "compact":
-            row[1] = key
-            row[2] = 0
+            rows[:, 1] = keys
+            rows[:, 2] = 0
         else:
-            row[self._layout.edcs] = 0.0
-            row[self._layout.count] = 0
-        self._slot[key] = slot
-        self._key_of_slot[slot] = key
-        return slot
+            rows[:, self._layout.edcs] = 0.0
+            rows[:, self._layout.count] = 0
+        self._slot.update(zip(keys.tolist(), range(start, end)))
+        self._key_of_slot[start:end] = keys
+        return start
 
     def slot_of(self, key: int) -> int:
         return self._slot[key]
@@ -235,10 +268,14 @@ class FeatureStore:
         return kept
 
 
-def _new_index():
+def _native():
     from lcr import _native
 
-    return _native.KeySlots()
+    return _native
+
+
+def _new_index():
+    return _native().KeySlots()
 
 
 __all__ = ["FeatureConfig", "FeatureStore", "MODES"]

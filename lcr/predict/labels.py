@@ -20,6 +20,15 @@ import random
 import numpy as np
 
 
+def _python_random(seed: int) -> np.random.RandomState:
+    """A generator drawing exactly what ``random.Random(seed).random()`` draws (both are
+    MT19937 with 53-bit doubles; the state is Python's), in numpy batches."""
+    state = random.Random(seed).getstate()[1]
+    generator = np.random.RandomState()
+    generator.set_state(("MT19937", np.array(state[:624], dtype=np.uint32), state[624]))
+    return generator
+
+
 def next_access_labels(keys: np.ndarray, times: np.ndarray,
                        horizon: float) -> tuple[np.ndarray, np.ndarray]:
     """``(intervals, censored)`` for accesses listed in time order.
@@ -52,14 +61,16 @@ class SampledHistory:
     def __init__(self, capacity: int, width: int, seed: int = 0):
         if capacity < 2:
             raise ValueError(f"history must hold at least 2 samples, got {capacity}")
+        from lcr import _native
+
         self.capacity = capacity
         self.rate = 1.0
         self._keys = np.zeros(capacity, dtype=np.int64)
         self._times = np.zeros(capacity)
         self._rows = np.zeros((capacity, width))
         self._interval = np.full(capacity, np.nan)  # NaN: next access not seen yet
-        self._pending: dict[int, int] = {}  # key -> serial number of its unlabelled sample
-        self._random = random.Random(seed)
+        self._pending = _native.PendingSamples()  # key -> serial number of its unlabelled sample
+        self._random = _python_random(seed)
         self.total = 0  # samples ever added
 
     def __len__(self) -> int:
@@ -67,23 +78,20 @@ class SampledHistory:
 
     def observe(self, key: int, t: float, row: np.ndarray) -> None:
         """An access: label the key's pending sample, then maybe sample this access."""
-        serial = self._pending.pop(key, None)
-        if serial is not None and serial > self.total - self.capacity:  # still in the ring
-            i = serial % self.capacity
-            self._interval[i] = t - self._times[i]
-        if self.rate < 1.0 and self._random.random() >= self.rate:
-            return
-        i = self.total % self.capacity
-        if self.total >= self.capacity:
-            old = int(self._keys[i])
-            if self._pending.get(old) == self.total - self.capacity:
-                del self._pending[old]
-        self._keys[i] = key
-        self._times[i] = t
-        self._rows[i] = row
-        self._interval[i] = np.nan
-        self._pending[key] = self.total
-        self.total += 1
+        self.observe_many(np.array([key], dtype=np.int64), np.array([t], dtype=np.float64), row[None, :])
+
+    def observe_many(self, keys: np.ndarray, times: np.ndarray, rows: np.ndarray) -> None:
+        """Accesses in order (int64 keys, float64 times, each access's feature row), as
+        ``observe`` one by one would. Each access is sampled with probability ``rate``
+        (a draw per access while ``rate`` < 1)."""
+        if self.rate < 1.0:
+            sampled = self._random.random_sample(len(keys)) < self.rate
+        else:
+            sampled = np.ones(len(keys), dtype=bool)
+        self.total = self._pending.record(self._keys, self._times, self._rows, self._interval, self.total,
+                                          np.ascontiguousarray(keys, dtype=np.int64),
+                                          np.ascontiguousarray(times, dtype=np.float64),
+                                          np.ascontiguousarray(rows, dtype=np.float64), sampled.view(np.uint8))
 
     def span(self) -> float:
         """Time covered by the samples held."""

@@ -41,7 +41,8 @@ accesses of several threads or clients interleave.
 Thread-safe: several threads may observe, predict and fit at once. Observers take turns
 (``_observe_lock``: each access is stamped and recorded in one step, in stamp order);
 the state they share with predictions and fits (features, histories, memo) is guarded by
-``_lock``, held per access, so a prediction never waits for a whole batch; one fit runs
+``_lock``, held per access (per chunk of at most 4,096 in a batch, about a millisecond), so a
+prediction never waits for a whole batch; one fit runs
 at a time (``_fit_lock``).
 """
 from __future__ import annotations
@@ -69,6 +70,7 @@ RANKS = ("time", "aging", "probability")
 TARGETS = ("log", "mean")
 
 log = logging.getLogger(__name__)
+_CHUNK = 4096  # accesses recorded per step of a batch (the lock is held per step, ~1 ms)
 
 #: The model the simulator's ``lightgbm`` and ``serve-predictor --objective belady`` run: the
 #: relaxed-Belady classifier ranked by its probability (measured best, docs/predictor.md).
@@ -242,45 +244,115 @@ class LightGBMPredictor(Predictor):
                 self._forget_the_old_clock()
             self._record(key, stamped, static)
 
-    def observe_many(self, keys: np.ndarray, times: np.ndarray) -> dict:
+    def observe_many(self, keys: np.ndarray, times: np.ndarray, static: np.ndarray | None = None) -> dict:
         """Record a batch in order. Times the clock refuses are dropped and counted
         (``metrics``: ``times_negative``, ``times_ahead``); returns how many were taken and
-        refused. Bad arrays (shape, dtype, lengths) raise before anything is recorded."""
+        refused. Bad arrays (shape, dtype, lengths) raise before anything is recorded.
+        ``static``: one row of static metadata per access (as ``observe`` takes one)."""
+        taken = 0
+        for at, _ in self.observe_stream(keys, times, static):
+            taken += len(at)
+        return {"observed": taken, "refused": len(keys) - taken}
+
+    def observe_stream(self, keys: np.ndarray, times: np.ndarray, static: np.ndarray | None = None):
+        """``observe_many``, yielding per chunk of accesses recorded ``(at, rows)``: their
+        indices into ``keys`` and each one's feature row right after it. A fit can fall
+        only after a chunk's last access (chunks end where one is due), so the model
+        current after each access is the one before the chunk, and for the last access,
+        the one after it. Holds the observe lock until exhausted: consume it whole."""
         keys, times = int64_keys(keys), int64_keys(times, "times")
         if len(keys) != len(times):
             raise LcrInputError(f"observations need as many times as keys, got {len(keys)} keys and "
                                 f"{len(times)} times")
+        if static is not None:
+            static = self._checked_static_rows(static, len(keys))
         with self._observe_lock:
             taken = self.clock.order(times)
             if taken.restarted:
                 self._forget_the_old_clock()
-            for key, t in zip(keys[taken.mask].tolist(), taken.times.tolist()):
-                self._record(key, t, None)
-        return {"observed": len(taken.times), "refused": len(keys) - len(taken.times)}
+            at = np.flatnonzero(taken.mask)
+            stamped = taken.times.astype(np.float64)
+            begin = 0
+            while begin < len(at):
+                end = begin + self._chunk_length(len(at) - begin)
+                chunk = at[begin:end]
+                rows, due = self._record_chunk(keys[chunk], stamped[begin:end],
+                                               None if static is None else static[chunk])
+                if due:
+                    self.fit_async() if self.config.background else self.fit()
+                yield chunk, rows
+                begin = end
+
+    def _chunk_length(self, left: int) -> int:
+        """Accesses to record in one step: up to the next access a fit may be due at, and
+        at most ``_CHUNK`` (the lock is held per chunk)."""
+        return max(1, min(left, _CHUNK, self.config.retrain_every - self._since_fit))
+
+    def _record_chunk(self, keys: np.ndarray, times: np.ndarray, static) -> tuple[np.ndarray, bool]:
+        """``_record`` over accesses in stamp order, a fit due at most at the last one:
+        ``(rows, due)``. Accesses that may be stale (time behind the newest) go one by one."""
+        with self._lock:
+            if times[0] < self._now or np.any(times[1:] < times[:-1]):
+                rows = np.empty((len(keys), self.features.width))
+                due = False
+                for i, (key, t) in enumerate(zip(keys.tolist(), times.tolist())):
+                    due = self._take(key, t, None if static is None else static[i]) or due
+                    rows[i] = self.features.matrix[self.features.slot_of(key)]
+                return rows, due
+            rows = self.features.update_many(keys, times, static)
+            for history in self.histories:
+                history.observe_many(keys, times, rows)
+            slots = self.features.slots(keys)
+            self._memo[slots[slots < len(self._memo)]] = np.nan
+            self._now = max(self._now, times[-1])
+            self.metrics["observed"] += len(keys)
+            self._since_fit += len(keys)
+            return rows, self._fit_due()
+
+    def _fit_due(self) -> bool:
+        """Whether a fit is due now (resets the count of accesses since one if so)."""
+        due = self._since_fit >= self.config.retrain_every and len(self.history) >= self.config.min_samples
+        if due:
+            self._since_fit = 0
+        return due
 
     def _record(self, key: int, t: int, static) -> None:
         """Take one stamped access in (observe lock held); fit when one is due."""
         with self._lock:
-            # Behind the newest, maybe behind the key's latest: a key's time never goes back.
-            if t < self._now and key in self.features and t < self.features.last_times_by_slot[
-                    self.features.slot_of(key)]:
-                self.metrics["times_stale"] += 1
-                return
-            row = self.features.update(key, t, static)
-            for history in self.histories:
-                history.observe(key, t, row)
-            slot = self.features.slot_of(key)
-            if slot < len(self._memo):
-                self._memo[slot] = np.nan
-            if t > self._now:  # the newest time recorded: what is ripe is judged from it
-                self._now = t
-            self.metrics["observed"] += 1
-            self._since_fit += 1
-            due = self._since_fit >= self.config.retrain_every and len(self.history) >= self.config.min_samples
-            if due:
-                self._since_fit = 0
+            due = self._take(key, t, static)
         if due:
             self.fit_async() if self.config.background else self.fit()
+
+    def _take(self, key: int, t: int, static) -> bool:
+        """Record one access (lock held); whether a fit is due."""
+        # Behind the newest, maybe behind the key's latest: a key's time never goes back.
+        if t < self._now and key in self.features and t < self.features.last_times_by_slot[
+                self.features.slot_of(key)]:
+            self.metrics["times_stale"] += 1
+            return False
+        row = self.features.update(key, t, static)
+        for history in self.histories:
+            history.observe(key, t, row)
+        slot = self.features.slot_of(key)
+        if slot < len(self._memo):
+            self._memo[slot] = np.nan
+        if t > self._now:  # the newest time recorded: what is ripe is judged from it
+            self._now = t
+        self.metrics["observed"] += 1
+        self._since_fit += 1
+        return self._fit_due()
+
+    def _checked_static_rows(self, static, n: int) -> np.ndarray:
+        """``_checked_static`` for a batch: one row per access."""
+        try:
+            values = np.asarray(static, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise TypeError(f"static metadata must be numbers, got {static!r:.60}") from None
+        if values.ndim != 2 or len(values) != n:
+            raise LcrInputError(f"static metadata: expected one row per access ({n}), got shape {values.shape}")
+        for row in values[:1]:
+            self._checked_static(row)
+        return values
 
     def _checked_static(self, static):
         """Static metadata as floats, checked before anything is recorded."""

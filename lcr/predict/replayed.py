@@ -5,7 +5,8 @@ after access i, from the key's features at that moment and the model current the
 Features depend only on the access stream, never on what a cache holds, and the model
 changes only at refits, so that whole sequence can be computed ahead of a replay: one
 pass observes every access, buffers each access's feature row, and predicts a buffer
-in one batch with the model that was current when its rows were taken. The result is
+in one batch with the model that was current when its rows were taken
+(``LightGBMPredictor.observe_stream``: chunks of accesses between refits). The result is
 exactly what an online model queried at access time would have answered, and it feeds
 any engine that takes per-request predictions (the C++ cores included).
 
@@ -22,9 +23,6 @@ from lcr.predict.base import Predictor
 from lcr.predict.lightgbm_model import LightGBMConfig, LightGBMPredictor
 from lcr.traces import Trace
 from lcr.traces.static import static_columns
-
-_FLUSH_ROWS = 1 << 15
-
 
 @dataclass
 class ReplayedModel:
@@ -66,37 +64,27 @@ class TraceMetadataFeed(Predictor):
 def replay_model(trace: Trace, config: LightGBMConfig) -> ReplayedModel:
     """Run the online model over ``trace`` once, recording what it answers at each access."""
     model = LightGBMPredictor(config)
-    static = _trace_static(trace, config)
     n = len(trace)
     values, raw, boundary = np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan)
-    buffered: list[int] = []   # request indices whose rows wait for a prediction
-    rows: list[np.ndarray] = []
-    current = None
     fitting = 0.0
 
-    def flush():
-        if buffered and current is not None:
-            at = np.asarray(buffered)
-            out = current.raw(np.vstack(rows), config.num_threads)
+    def answer(at: np.ndarray, rows: np.ndarray, fitted) -> None:
+        if fitted is not None and len(at):
+            out = fitted.raw(rows, config.num_threads)
             raw[at] = out
-            values[at] = current.answers(out, at.astype(np.float64))
-            boundary[at] = current.boundary
-        buffered.clear()
-        rows.clear()
+            values[at] = fitted.answers(out, at.astype(np.float64))
+            boundary[at] = fitted.boundary
 
-    slot_of, matrix = model.features.slot_of, model.features
-    for t, key in enumerate(trace.keys.tolist()):
-        model.observe(key, t, None if static is None else static[t])
-        if model._model is not current:  # a refit at this access: earlier rows keep the old model
-            flush()
-            current = model._model
+    current = None
+    for at, rows in model.observe_stream(trace.keys, np.arange(n), _trace_static(trace, config)):
+        # A refit can fall only after a chunk's last access: that one gets the new model.
+        fitted = model._model
+        refit = fitted is not current
+        answer(at[:-1] if refit else at, rows[:-1] if refit else rows, current)
+        if refit:
+            answer(at[-1:], rows[-1:], fitted)
+            current = fitted
             fitting += model.metrics["last_fit_seconds"]
-        if current is not None:
-            buffered.append(t)
-            rows.append(matrix.matrix[slot_of(key)].copy())
-            if len(buffered) >= _FLUSH_ROWS:
-                flush()
-    flush()
     return ReplayedModel(values, raw, boundary, model.metrics["fits"], fitting)
 
 

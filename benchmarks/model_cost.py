@@ -1,0 +1,159 @@
+"""Where the online LightGBM model's time per request goes, and what cheaper settings cost.
+
+The model's work per request is what ``benchmarks/learned_gap.py`` times as
+``model_us_per_request``: ``lcr.predict.replayed.replay_model`` over the trace (feature
+updates, training samples, fits and predictions, all in one thread). Per trace (tuning
+half, first --max-requests requests, a cache of --fraction of its keys) this script
+times that replay unprofiled, then once under cProfile and splits the time into parts:
+
+- ``features``: feature rows (``FeatureStore.update*``); ``samples``: the sampled
+  histories and their labels (``SampledHistory.observe*``); ``training_sets``: picking
+  the ripe samples at each fit; ``fit_binning``: LightGBM building its binned dataset and
+  booster; ``fit_trees``: growing the trees; ``fit_compile``: the booster flattened for
+  the native forest; ``predictions``: the forest's answers; ``other``: the rest (the
+  clock, the access loop, Python overhead). The profiled parts are inflated by cProfile's
+  per-call cost (the Python-heavy parts most); ``us_per_request`` is the unprofiled time.
+
+``--tradeoffs`` instead replays each setting in ``TRADEOFFS`` (the default model with a
+few of its settings changed) side by side on the same cells and reports its time per
+request and the share of the LRU->OPT gap that LARU (its defaults) closes with it.
+
+    python benchmarks/model_cost.py                      # the profile -> results/model_cost.json
+    python benchmarks/model_cost.py --tradeoffs --out benchmarks/results/model_cost_tradeoffs.json
+
+Runs from any checkout (``PYTHONPATH=OTHER_TREE``) to profile another version beside this one.
+"""
+from __future__ import annotations
+
+import argparse
+import cProfile
+import json
+import pstats
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+import learned_gap  # noqa: E402  (the traces, their halves and loader, gap closed)
+from lcr.predict.replayed import replay_model  # noqa: E402
+from lcr.sim.native import native_replay  # noqa: E402
+from lcr.sim.report import machine_description  # noqa: E402
+from lcr.sim.sweep import PolicySpec, run_one  # noqa: E402
+
+#: Tuning-half traces profiled by default (learned_gap.SEEN): a block I/O, a web and a LIRS trace.
+PROFILED = ("classic/cloudPhysicsIO.oracleGeneral.bin", "classic/cache2k_web07.trace.xz", "classic/lirs/multi2.trace.gz")
+#: (part, file, functions): a part's time is the cumulative time of the first function
+#: of its list found in the profile (the batched name first, then the per-access one).
+PARTS = (("features", "lcr/predict/features.py", ("update_many", "update")),
+         ("samples", "lcr/predict/labels.py", ("observe_many", "observe")),
+         ("training_sets", "lcr/predict/lightgbm_model.py", ("training_sets",)),
+         ("fit_binning", "lightgbm/basic.py", ("__init__",)),  # the largest: Booster(), which bins the dataset
+         ("fit_trees", "lightgbm/basic.py", ("update",)),
+         ("fit_compile", "lcr/predict/forest.py", ("compile_booster",)),
+         ("predictions", "lcr/predict/lightgbm_model.py", ("raw",)))
+#: Settings changed from the default model, each measured against it on the same cells.
+TRADEOFFS = {"default": {}, "retrain_every=10000": {"retrain_every": 10_000},
+             "window=20000": {"window": 20_000}, "one classifier": {"boundary_fractions": (1.0,)},
+             "retrain_every=10000,window=40000": {"retrain_every": 10_000, "window": 40_000},
+             "retrain_every=10000,one classifier": {"retrain_every": 10_000, "boundary_fractions": (1.0,)}}
+
+
+def config_for(trace, fraction: float, changes: dict):
+    capacity = max(1, round(fraction * trace.distinct_keys))
+    return capacity, replace(learned_gap.variant_config("lightgbm", capacity, 0, trace), **changes)
+
+
+def profile(trace, fraction: float) -> dict:
+    """Unprofiled time per request, then the parts under cProfile (us per request)."""
+    _, config = config_for(trace, fraction, {})
+    start = time.perf_counter()
+    model = replay_model(trace, config)
+    wall = time.perf_counter() - start
+    profiler = cProfile.Profile()
+    profiler.enable()
+    replay_model(trace, config)
+    profiler.disable()
+    stats = pstats.Stats(profiler).stats
+    total = sum(entry[2] for entry in stats.values())  # every function's own time
+    parts = {}
+    for part, file, names in PARTS:
+        for name in names:
+            cumulative = [entry[3] for (path, _, func), entry in stats.items()
+                          if func == name and path.endswith(file)]
+            if cumulative:
+                parts[part] = max(cumulative)
+                break
+        else:
+            parts[part] = 0.0
+    n = len(trace)
+    parts["other"] = total - sum(parts.values())
+    return {"trace": trace.name, "requests": n, "fraction": fraction, "fits": model.fits,
+            "us_per_request": wall / n * 1e6, "profiled_us_per_request": total / n * 1e6,
+            "parts_us_per_request": {p: s / n * 1e6 for p, s in parts.items()}}
+
+
+def tradeoffs(traces, fractions) -> list[dict]:
+    """Per cell: each setting's time per request and LARU's gap closed with it."""
+    rows = []
+    for trace in traces:
+        for fraction in fractions:
+            capacity = max(1, round(fraction * trace.distinct_keys))
+            lru = run_one(trace, PolicySpec("lru"), capacity).misses
+            opt = run_one(trace, PolicySpec("opt"), capacity).misses
+            row = {"trace": trace.name, "fraction": fraction, "capacity": capacity, "lru": lru, "opt": opt,
+                   "settings": {}}
+            for name, changes in TRADEOFFS.items():
+                _, config = config_for(trace, fraction, changes)
+                start = time.perf_counter()
+                model = replay_model(trace, config)
+                seconds = time.perf_counter() - start
+                misses = len(trace) - int(native_replay(trace, "laru", capacity, model.values, mode="async").hits.sum())
+                row["settings"][name] = {"misses": misses, "us_per_request": seconds / len(trace) * 1e6,
+                                         "gap_closed": (lru - misses) / (lru - opt) if lru > opt else 0.0}
+                print(f"{trace.name[:24]:24s} {fraction:4.0%} {name:38s} "
+                      f"{row['settings'][name]['us_per_request']:7.1f} us/req  gap {row['settings'][name]['gap_closed']:+.1%}",
+                      flush=True)
+            rows.append(row)
+    return rows
+
+
+def summarize_tradeoffs(rows: list[dict]) -> dict:
+    return {name: {"mean_us_per_request": float(np.mean([r["settings"][name]["us_per_request"] for r in rows])),
+                   "mean_gap_closed": float(np.mean([r["settings"][name]["gap_closed"] for r in rows])),
+                   "cells": len(rows)} for name in TRADEOFFS}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", default=str(Path(__file__).resolve().parents[2] / "shared" / "data"))
+    parser.add_argument("--traces", default=",".join(PROFILED), help="comma-separated paths under --data")
+    parser.add_argument("--max-requests", type=int, default=100_000)
+    parser.add_argument("--fraction", type=float, default=0.05, help="cache size, share of the distinct keys")
+    parser.add_argument("--tradeoffs", action="store_true", help="measure TRADEOFFS instead of the profile")
+    parser.add_argument("--fractions", default="0.01,0.05,0.1", help="--tradeoffs: cache sizes")
+    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "model_cost.json"))
+    args = parser.parse_args()
+    traces = [learned_gap.load(Path(args.data) / rel, args.max_requests) for rel in args.traces.split(",")]
+    learned_gap.warm_up(["lightgbm"])
+    import lcr
+
+    result = {"machine": machine_description(), "lcr": str(Path(lcr.__file__).parent), "max_requests": args.max_requests}
+    if args.tradeoffs:
+        rows = tradeoffs(traces, [float(f) for f in args.fractions.split(",")])
+        result.update(rows=rows, summary=summarize_tradeoffs(rows))
+        for name, s in result["summary"].items():
+            print(f"{name:38s} {s['mean_us_per_request']:7.1f} us/req  mean gap closed {s['mean_gap_closed']:+.1%}")
+    else:
+        result["profiles"] = [profile(trace, args.fraction) for trace in traces]
+        for p in result["profiles"]:
+            print(f"{p['trace'][:28]:28s} {p['us_per_request']:6.1f} us/req ({p['fits']} fits); profiled: " +
+                  ", ".join(f"{k} {v:.1f}" for k, v in p["parts_us_per_request"].items()))
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
