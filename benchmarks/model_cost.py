@@ -58,6 +58,7 @@ PARTS = (("features", "lcr/predict/features.py", ("update_many", "update")),
 TRADEOFFS = {"default": {}, "retrain_every=10000": {"retrain_every": 10_000},
              "window=20000": {"window": 20_000}, "one classifier": {"boundary_fractions": (1.0,)},
              "retrain_every=10000,window=40000": {"retrain_every": 10_000, "window": 40_000},
+             "retrain_every=5000,window=20000": {"retrain_every": 5_000, "window": 20_000},
              "retrain_every=10000,one classifier": {"retrain_every": 10_000, "boundary_fractions": (1.0,)}}
 
 

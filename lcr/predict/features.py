@@ -26,7 +26,7 @@ from lcr.errors import LcrInputError
 
 MODES = ("full", "compact")
 _VECTOR_LOOKUP_MIN = 64  # below this many keys, dict probes beat numpy call overhead
-_NO_ROWS = np.zeros((0, 0))
+_NO_ROWS, _NO_ROW = np.zeros((0, 0)), np.zeros(0)
 # Exponents numpy's ``array ** scalar`` computes by a shortcut (square, sqrt, reciprocal, ...).
 _SCALAR_POWER_SHORTCUTS = np.array([-1.0, 0.0, 0.5, 1.0, 2.0])
 
@@ -107,9 +107,19 @@ class FeatureStore:
         return key in self._slot
 
     def update(self, key: int, t: float, static: Sequence[float] | None = None) -> np.ndarray:
-        """Record an access to ``key`` at ``t``; return its row (a copy)."""
-        return self.update_many(np.array([key], dtype=np.int64), np.array([t], dtype=np.float64),
-                                None if static is None else [static])[0]
+        """Record an access to ``key`` at ``t``; return its row (a copy). ``update_many``
+        for one access, without its vectorised set-up."""
+        c = self.config
+        compact = c.mode == "compact"
+        static = _NO_ROW if static is None or compact else self._checked_static([static], 1)[0]
+        slot = self._slot.get(key)
+        first = slot is None
+        if first:
+            slot = self._new_slots(np.array([key], dtype=np.int64))
+        factor = _NO_ROW if compact else self._decay ** (t - self._last_time[slot])
+        _native().update_feature_row(self._rows, self._last_time, self._first_time, slot, t, first, factor,
+                                     static, compact, c.n_deltas, c.n_edcs)
+        return self._rows[slot].copy()
 
     def update_many(self, keys: np.ndarray, times: np.ndarray, static=None) -> np.ndarray:
         """Record accesses (int64 keys, float64 times) in order, as ``update`` one by one
@@ -138,9 +148,9 @@ class FeatureStore:
 
     def _decay_factors(self, deltas: np.ndarray) -> np.ndarray:
         """``decay ** delta`` per access (n x n_edcs), each row as numpy computes it for
-        one scalar delta: for exponents like 2 it takes a shortcut (x * x) whose last bit
-        can differ from its vector power's, and a key's counters must not depend on how
-        its accesses were batched."""
+        one scalar delta (as ``update`` does): for exponents like 2 it takes a shortcut
+        (x * x) whose last bit can differ from its vector power's, and a key's counters
+        must not depend on how its accesses were batched."""
         factors = self._decay[None, :] ** deltas[:, None]
         for special in np.unique(deltas[np.isin(deltas, _SCALAR_POWER_SHORTCUTS)]):
             factors[deltas == special] = self._decay ** special

@@ -20,13 +20,27 @@ import random
 import numpy as np
 
 
-def _python_random(seed: int) -> np.random.RandomState:
-    """A generator drawing exactly what ``random.Random(seed).random()`` draws (both are
-    MT19937 with 53-bit doubles; the state is Python's), in numpy batches."""
-    state = random.Random(seed).getstate()[1]
-    generator = np.random.RandomState()
-    generator.set_state(("MT19937", np.array(state[:624], dtype=np.uint32), state[624]))
-    return generator
+class _Draws:
+    """The numbers ``random.Random(seed).random()`` draws, one or a batch at a time (both
+    are MT19937 with 53-bit doubles; the state is Python's), drawn ahead in numpy blocks."""
+
+    _BLOCK = 1024
+
+    def __init__(self, seed: int):
+        state = random.Random(seed).getstate()[1]
+        self._generator = np.random.RandomState()
+        self._generator.set_state(("MT19937", np.array(state[:624], dtype=np.uint32), state[624]))
+        self._ahead: list[float] = []  # drawn, not yet taken, reversed (the next one last)
+
+    def one(self) -> float:
+        if not self._ahead:
+            self._ahead = self._generator.random_sample(self._BLOCK)[::-1].tolist()
+        return self._ahead.pop()
+
+    def many(self, n: int) -> np.ndarray:
+        ahead = self._ahead[::-1][:n]
+        del self._ahead[len(self._ahead) - len(ahead):]
+        return np.concatenate([ahead, self._generator.random_sample(n - len(ahead))])
 
 
 def next_access_labels(keys: np.ndarray, times: np.ndarray,
@@ -69,8 +83,9 @@ class SampledHistory:
         self._times = np.zeros(capacity)
         self._rows = np.zeros((capacity, width))
         self._interval = np.full(capacity, np.nan)  # NaN: next access not seen yet
-        self._pending = _native.PendingSamples()  # key -> serial number of its unlabelled sample
-        self._random = _python_random(seed)
+        # Each key's unlabelled sample (its serial number); records into the arrays above.
+        self._pending = _native.PendingSamples(self._keys, self._times, self._rows, self._interval)
+        self._random = _Draws(seed)
         self.total = 0  # samples ever added
 
     def __len__(self) -> int:
@@ -78,18 +93,18 @@ class SampledHistory:
 
     def observe(self, key: int, t: float, row: np.ndarray) -> None:
         """An access: label the key's pending sample, then maybe sample this access."""
-        self.observe_many(np.array([key], dtype=np.int64), np.array([t], dtype=np.float64), row[None, :])
+        sampled = self.rate >= 1.0 or self._random.one() < self.rate
+        self.total = self._pending.record_one(self.total, key, t, row, sampled)
 
     def observe_many(self, keys: np.ndarray, times: np.ndarray, rows: np.ndarray) -> None:
         """Accesses in order (int64 keys, float64 times, each access's feature row), as
         ``observe`` one by one would. Each access is sampled with probability ``rate``
         (a draw per access while ``rate`` < 1)."""
         if self.rate < 1.0:
-            sampled = self._random.random_sample(len(keys)) < self.rate
+            sampled = self._random.many(len(keys)) < self.rate
         else:
             sampled = np.ones(len(keys), dtype=bool)
-        self.total = self._pending.record(self._keys, self._times, self._rows, self._interval, self.total,
-                                          np.ascontiguousarray(keys, dtype=np.int64),
+        self.total = self._pending.record(self.total, np.ascontiguousarray(keys, dtype=np.int64),
                                           np.ascontiguousarray(times, dtype=np.float64),
                                           np.ascontiguousarray(rows, dtype=np.float64), sampled.view(np.uint8))
 
