@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from lcr.kv import PathOracle, RadixTree, build_workload, make_policy, replay_lcr
+from lcr.kv import PathOracle, RadixLRU, RadixTree, build_workload, make_policy, replay_lcr
 from lcr.kv.laru import RadixLARU
 from lcr.kv.policies import CacheView
 from lcr.traces import generate
@@ -38,6 +38,9 @@ class Nodes(CacheView):
 
     def tokens_of(self, keys):
         return 10 * len(list(keys))
+
+    def lru_twin(self):
+        return RadixTree(self.capacity_tokens, RadixLRU())
 
 
 def filled(n, values, capacity_tokens=10**6, **options):

@@ -80,6 +80,9 @@ def test_balance_switches_to_lru_only_past_slack_times_hits_plus_capacity():
         def tokens_of(self, keys):
             return 0
 
+        def lru_twin(self):
+            raise AssertionError("confidence=balance keeps no twin")
+
     policy = RadixLARU(PathOracle(workload()), confidence="balance")  # slack 0.02
     policy.bind(View())
     for total, hits, lam in ((-150.0, 0.0, 1.0),    # noise before the first hit: stays

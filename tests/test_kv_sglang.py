@@ -81,6 +81,18 @@ def test_the_sglang_driver_feeds_laru_s_shadow_lru_the_same_requests():
     assert integ.request_blocks([9, 9, 3, 4, 5], page_size=2, sim_keys=False)[0][1] != paths[1]
 
 
+def test_the_sglang_driver_hands_in_an_empty_lru_twin_of_its_capacity():
+    from lcr.kv import RadixTree
+
+    w = online_qa()
+    capacity = w.distinct_tokens // 10
+    cache, allocator = build_cache(policy("laru", w, capacity), capacity)
+    replay_sglang(w, capacity, None, cache=(cache, allocator))
+    twin = cache.driver.lru_twin()
+    assert isinstance(twin, RadixTree) and type(twin.policy) is RadixLRU
+    assert twin.capacity_tokens == capacity and twin.used_tokens == 0
+
+
 @pytest.mark.parametrize("name", ["lru", "laru"])
 def test_engines_agree_on_a_mooncake_slice(name):
     trace = real_trace("mooncake").head(int(real_trace("mooncake").request_offsets[300]))

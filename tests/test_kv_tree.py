@@ -28,6 +28,34 @@ def serve_all(w: BlockWorkload, capacity: int, policy: LeafPolicy) -> tuple[Radi
     return tree, [tree.serve(r, t) for t, r in enumerate(w.requests)]
 
 
+# The LRU twin -----------------------------------------------------------------------------
+
+def test_the_tree_hands_in_an_empty_lru_twin_of_its_capacity():
+    """Radix LARU's shadow serves on the engine's ``lru_twin()`` (lcr.kv.shadow)."""
+    w = workload([1, 2, 3], [1, 2, 4])
+    tree, _ = serve_all(w, 25, RadixLARU(PathOracle(w)))
+    twin = tree.lru_twin()
+    assert isinstance(twin, RadixTree) and type(twin.policy) is RadixLRU
+    assert twin is not tree and twin.capacity_tokens == 25 and twin.used_tokens == 0
+    assert [twin.serve(r, t) for t, r in enumerate(w.requests)] == serve_all(w, 25, RadixLRU())[1]
+
+
+def test_a_view_without_an_lru_twin_cannot_be_made():
+    from lcr.kv.policies import CacheView
+
+    class NoTwin(CacheView):
+        capacity_tokens = 10
+
+        def cached_keys(self):
+            return []
+
+        def tokens_of(self, keys):
+            return 0
+
+    with pytest.raises(TypeError, match="lru_twin"):
+        NoTwin()
+
+
 # Prefix semantics -------------------------------------------------------------------------
 
 def test_a_block_helps_only_behind_its_whole_prefix():

@@ -58,9 +58,7 @@ UPPER_MODULES = {"kv": frozenset({"tree", "registry", "sim", "plot"})}
 
 #: Known upward imports being removed, as (importing module, imported module). This list
 #: only shrinks: an entry whose import is gone fails the test until it is deleted.
-ALLOWED = frozenset({
-    ("lcr.kv.shadow", "lcr.kv.tree"),  # radix LARU's shadow builds a whole tree (being removed)
-})
+ALLOWED: frozenset[tuple[str, str]] = frozenset()
 
 
 def module_name(path: Path, root: Path = LCR) -> str:

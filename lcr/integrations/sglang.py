@@ -33,7 +33,8 @@ from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 from lcr._native import prefix_keys
 from lcr.integrations.sglang_config import PolicyConfig, build_policy, served
 from lcr.kv import registry
-from lcr.kv.policies import CacheView, LeafPolicy
+from lcr.kv.policies import CacheView, LeafPolicy, RadixLRU
+from lcr.kv.tree import RadixTree
 
 log = logging.getLogger("lcr.sglang")
 
@@ -121,6 +122,11 @@ class PolicyDriver(CacheView):
     def tokens_of(self, keys):
         keys = set(keys)
         return sum(len(n.key) for n in self._cached_nodes() if self.key_of(n) in keys)
+
+    def lru_twin(self) -> RadixTree:
+        """lcr's tree with LRU: it hits what SGLang's tree with LRU hits (the engines'
+        parity, tests/test_kv_sglang.py) at a fraction of the cost."""
+        return RadixTree(self.capacity_tokens, RadixLRU())
 
     def _cached_nodes(self):
         stack, root = list(self.tree_core.root_node.children.values()), self.tree_core.root_node

@@ -22,10 +22,9 @@ CI compares the two victim by victim):
   makes the rest of its eviction round LRU.
 * Confidence (``confidence=shadow``, the default): ``lcr.kv.shadow.ShadowLRU`` replays
   every request (the engine's ``on_request``) through an LRU twin the engine hands in
-  (its ``lru_twin()``; lcr's tree with LRU until every engine offers one). A phase
-  that starts with this cache's hit tokens at least (1 - ``slack``) of the twin's (slack
-  0.01) follows the rules above from lambda = 1; any other phase is LRU, and a trusted
-  phase that falls behind turns LRU for its rest. So the loss to LRU is at most slack
+  (``CacheView.lru_twin()``). A phase that starts with this cache's hit tokens at least
+  (1 - ``slack``) of the twin's (slack 0.01) follows the rules above from lambda = 1;
+  any other phase is LRU, and a trusted phase that falls behind turns LRU for its rest. So the loss to LRU is at most slack
   plus one trusted stretch, and exact predictions are never behind (leaf-OPT).
 * ``confidence=balance`` (``laru-lpc``: LPC's predictions are right on average but wrong
   on many single conversations): no induced misses; ``lcr.kv.reuse.LRUBalance``
@@ -47,7 +46,7 @@ import math
 from lcr._native import StampOrder, leaf_window
 from lcr.kv.policies import _Predictive, as_container, restamp
 from lcr.kv.reuse import LRUBalance
-from lcr.kv.shadow import ShadowLRU, lcr_tree_twin
+from lcr.kv.shadow import ShadowLRU
 from lcr.policies.predictions import NextAccessPredictor
 
 CONFIDENCES = ("shadow", "balance")
@@ -106,7 +105,7 @@ class RadixLARU(_Predictive):
     # Events ---------------------------------------------------------------------------
     def on_request(self, paths, tokens, now):
         if self.shadow is None and self.view is not None:
-            self.shadow = ShadowLRU(_lru_twin(self.view))
+            self.shadow = ShadowLRU(self.view.lru_twin())
         if self.shadow is not None:
             self.shadow.request(paths, tokens, now)
 
@@ -231,13 +230,6 @@ class RadixLARU(_Predictive):
             self.lam = 1.0
             self._lru_phase = not self.trusted
         self.stats.extra["phases"] += 1
-
-
-def _lru_twin(view):
-    """An LRU cache of the view's capacity serving the same requests: the engine hands
-    it in (``lru_twin()``); engines that do not yet get lcr's tree."""
-    twin = getattr(view, "lru_twin", None)
-    return twin() if twin is not None else lcr_tree_twin(view.capacity_tokens)
 
 
 LARU = RadixLARU  # temporary alias: other modules still import LARU

@@ -39,7 +39,6 @@ import math
 
 from lcr.kv.policies import LeafPolicy
 from lcr.kv.requests import BlockRequest
-from lcr.kv.shadow import lcr_tree_twin
 
 
 class ReferenceRadixLARU(LeafPolicy):
@@ -70,8 +69,7 @@ class ReferenceRadixLARU(LeafPolicy):
     # What the engine reports ----------------------------------------------------------
     def on_request(self, paths, tokens, now):
         if self.twin is None:
-            twin = getattr(self.view, "lru_twin", None)
-            self.twin = twin() if twin is not None else lcr_tree_twin(self.view.capacity_tokens)
+            self.twin = self.view.lru_twin()
         self.twin_hits += self.twin.serve(BlockRequest(tuple(paths), tuple(tokens)), now)
 
     def on_access(self, keys, now, depths=None):

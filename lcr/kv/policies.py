@@ -45,6 +45,13 @@ class CacheView(ABC):
     def tokens_of(self, keys: Iterable[int]) -> int:
         """Tokens held by the cached nodes among ``keys``."""
 
+    @abstractmethod
+    def lru_twin(self):
+        """An empty LRU cache of this capacity that serves ``BlockRequest``s (its
+        ``serve(request, now)`` returns hit tokens): the radix LARU's shadow
+        (``lcr.kv.shadow``). The engine makes it, so that a policy never builds the tree
+        that runs it."""
+
 
 class LeafPolicy(ABC):
     """Base of every leaf policy: keeps each cached node's last access, and the nodes in

@@ -36,12 +36,3 @@ class ShadowLRU:
         self.requests += 1
         return hit
 
-
-def lcr_tree_twin(capacity_tokens: int) -> ServesBlocks:
-    """Transitional, for engines that offer no ``lru_twin()`` yet: lcr's tree with LRU.
-    It imports the engine from below it; delete it once ``lcr.kv.tree.RadixTree`` and
-    the SGLang driver hand their twin in."""
-    from lcr.kv.policies import LRU
-    from lcr.kv.tree import RadixTree
-
-    return RadixTree(capacity_tokens, LRU())

@@ -8,7 +8,7 @@ unlocked leaves, one policy choice at a time, until enough tokens are free.
 """
 from __future__ import annotations
 
-from lcr.kv.policies import CacheView, LeafPolicy
+from lcr.kv.policies import CacheView, LeafPolicy, RadixLRU
 from lcr.kv.requests import BlockRequest
 
 
@@ -47,6 +47,9 @@ class RadixTree(CacheView):
     def tokens_of(self, keys):
         nodes = self.nodes
         return sum(nodes[k].size for k in keys if k in nodes)
+
+    def lru_twin(self) -> "RadixTree":
+        return RadixTree(self.capacity_tokens, RadixLRU())
 
     # Serving
     def serve(self, request: BlockRequest, now: int) -> int:
