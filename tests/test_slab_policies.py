@@ -3,7 +3,8 @@
 The engines number their policies in a C++ enum (LCR_SLAB_POLICIES, csrc/common/slab_table.h)
 and export it by name; these tests fail when an engine built here disagrees with the
 registry, when a consumer keeps its own list, or when an option stops reaching the engines.
-Run time: about 5 s (no fuzzing).
+Run time: about 15 s on 2 shared cores, most of it the warp model replaying hf:window
+(no fuzzing).
 """
 from __future__ import annotations
 

@@ -212,7 +212,8 @@ def run(args: argparse.Namespace) -> int:
 
     workload = load_workload(args)
     store, table = make_store(args, workload.rows)
-    store_name = redact_url(args.store) if store_kind(args.store) == "redis" else args.store  # only URLs hold secrets
+    # Only a URL can hold a secret (and redact_url turns "host" into ":host").
+    store_name = redact_url(args.store) if store_kind(args.store) == "redis" else args.store
     print(f"lcr bench sls: {len(workload.lookups)} lookups over {workload.distinct} distinct rows, "
           f"dim {args.dim} {args.dtype}, pooling {args.pooling}, store {store_name}, "
           f"device {args.device}, predictor {args.predictor}", flush=True)
