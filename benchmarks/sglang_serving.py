@@ -350,7 +350,7 @@ def pass_costs(prompts: list[list[int]], pool: int, specs: list[str], repeats: i
     from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 
     from lcr.integrations.sglang import CACHE_CLASSES, PolicyRadixCache, register_backends
-    from lcr.kv.policies import LRU
+    from lcr.kv.policies import RadixLRU
 
     register_backends()
 
@@ -359,7 +359,7 @@ def pass_costs(prompts: list[list[int]], pool: int, specs: list[str], repeats: i
         if policy == "lru":
             return UnifiedRadixCache(params)
         if policy == "lcr-lru":
-            return PolicyRadixCache(params, policy=LRU())
+            return PolicyRadixCache(params, policy=RadixLRU())
         params.eviction_policy_config = {"predictor": predictor} if predictor else None
         return CACHE_CLASSES[policy](params)
 

@@ -28,6 +28,26 @@ def test_importing_the_radix_layer_pulls_in_nothing_above_it():
     assert out.stdout.strip() == "", f"lcr.kv imports upwards: {out.stdout.strip()}"
 
 
+def test_each_radix_policy_class_has_one_name_and_the_reference_says_it_is_one():
+    """No aliases: a class exported by lcr.kv's modules is exported under its own name
+    (the radix classes are Radix<NAME>; lcr.policies' LRU, LARU... are the item caches')."""
+    import importlib
+
+    from lcr.kv.policies import LeafPolicy
+
+    for module in ("lcr.kv", "lcr.kv.policies", "lcr.kv.laru", "lcr.kv.laru_reference"):
+        for attr, value in vars(importlib.import_module(module)).items():
+            if isinstance(value, type) and issubclass(value, LeafPolicy):
+                assert value.__name__ == attr, f"{module}.{attr} is an alias of {value.__name__}"
+    from lcr.kv.laru_reference import ReferenceRadixLARU
+
+    entry = registry.policy("laru-reference")
+    assert registry.load(entry.declares[0]) is ReferenceRadixLARU and ReferenceRadixLARU.name == entry.name
+    assert "laru-spec" not in registry.POLICIES
+    with pytest.raises(ImportError):
+        importlib.import_module("lcr.kv.spec")
+
+
 class RadixMRU(RadixLRU):
     """A policy made for the test: the most recently used leaf, with one option."""
 
@@ -82,8 +102,8 @@ def test_sim_kv_refuses_an_unknown_option_in_one_line(argv, message, capsys):
 def test_an_unknown_sglang_option_is_refused():
     with pytest.raises(LcrInputError, match="laru options: unknown k; valid: b, confidence, predictor"):
         sglang_config.PolicyConfig.parse("laru", {"k": 4})
-    with pytest.raises(LcrInputError, match="unknown cache policy 'laru-spec'; valid: lru, laru, fpb, hf, rlt, lpc"):
-        sglang_config.PolicyConfig.parse("laru-spec", {})  # not served
+    with pytest.raises(LcrInputError, match="unknown cache policy 'laru-reference'; valid: lru, laru, fpb, hf, rlt, lpc"):
+        sglang_config.PolicyConfig.parse("laru-reference", {})  # not served
 
 
 @pytest.mark.parametrize("argv, message", [

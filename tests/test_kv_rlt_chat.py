@@ -9,7 +9,7 @@ import pytest
 
 from conftest import data_file
 from lcr.cli import main
-from lcr.kv import RLT, RadixTree, build_workload, make_policy, replay_lcr
+from lcr.kv import RadixRLT, RadixTree, build_workload, make_policy, replay_lcr
 from lcr.kv.chat import chat_workload
 from lcr.kv.laru import RadixLARU
 from lcr.traces import Trace, generate
@@ -23,7 +23,7 @@ def workload(*chains, block_tokens=10):
 
 def test_rlt_evicts_one_tail_block_of_its_leaf_and_whole_leaf_keeps_the_node_rule():
     w = workload([1, 2, 3], [7])  # one 3-block node, then a 1-block request
-    tail = RLT(seed=0)
+    tail = RadixRLT(seed=0)
     tree = RadixTree(30, tail)
     tree.serve(w.requests[0], 0)
     tail.marked.clear()  # leave the 3-block node unmarked
@@ -31,7 +31,7 @@ def test_rlt_evicts_one_tail_block_of_its_leaf_and_whole_leaf_keeps_the_node_rul
     node = tree.nodes[w.requests[0].paths[0]]
     assert node.paths == w.requests[0].paths[:2] and tree.used_tokens == 30  # lost one tail block
 
-    whole = RLT(seed=0, whole_leaf=True)
+    whole = RadixRLT(seed=0, whole_leaf=True)
     tree = RadixTree(30, whole)
     tree.serve(w.requests[0], 0)
     whole.marked.clear()
@@ -41,7 +41,7 @@ def test_rlt_evicts_one_tail_block_of_its_leaf_and_whole_leaf_keeps_the_node_rul
 
 def test_rlt_clears_marks_when_marked_tokens_reach_the_capacity():
     w = workload([1], [2], [3])
-    rlt = RLT()
+    rlt = RadixRLT()
     tree = RadixTree(30, rlt)
     tree.serve(w.requests[0], 0)
     tree.serve(w.requests[1], 1)

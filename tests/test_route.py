@@ -13,7 +13,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from lcr.errors import LcrInputError
-from lcr.kv.policies import LRU
+from lcr.kv.policies import RadixLRU
 from lcr.kv.requests import BlockRequest
 from lcr.kv.tree import RadixTree
 from lcr.route.prefix_index import ApproxPrefixIndex
@@ -556,7 +556,7 @@ def test_service_jitter_is_lognormal_with_mean_one_and_seeded():
 def test_with_one_worker_every_router_serves_what_the_radix_tree_serves():
     pairs = shared_prefix(groups=8, prompts=6, prompt_tokens=512, seed=5)
     requests = with_arrivals(pairs, poisson_arrivals(len(pairs), 5.0, seed=5))
-    tree = RadixTree(2048, LRU())
+    tree = RadixTree(2048, RadixLRU())
     expected = sum(tree.serve(r.request, t) for t, r in enumerate(requests))
     for name in ROUTERS:
         out = simulate(requests, make_router(name, 1), cache_tokens=2048,

@@ -186,11 +186,11 @@ def test_laru_predicts_each_leaf_once_per_pass_not_once_per_victim(monkeypatch):
     # Within a pass ``now`` does not move, so a prediction stays exact: the window of
     # every later pick asks only about its newcomers (a victim's parent), one batch each
     # (its decisions are the same: test_kv_sglang compares them with lcr's tree).
-    from lcr.kv.laru import LARU
+    from lcr.kv.laru import RadixLARU
 
     asked = []  # (pass, keys) of every predictor call
-    predict = LARU.predict
-    monkeypatch.setattr(LARU, "predict", lambda self, keys, now: asked.append(
+    predict = RadixLARU.predict
+    monkeypatch.setattr(RadixLARU, "predict", lambda self, keys, now: asked.append(
         (self.view.eviction_passes, list(keys))) or predict(self, keys, now))
     w, capacity, policy, cache, allocator = served_laru()
     m = cache.driver.metrics()

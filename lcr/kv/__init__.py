@@ -8,9 +8,6 @@ from lcr.kv.requests import BLOCK_TOKENS, BlockRequest, BlockWorkload, build_wor
 from lcr.kv.sim import POLICIES, KVResult, make_policy, replay_lcr, run_sweep
 from lcr.kv.tree import RadixTree
 
-# Temporary aliases for modules not yet renamed (tests/test_kv_rlt_chat.py imports RLT).
-LRU, RLT = RadixLRU, RadixRLT
-
 __all__ = ["BLOCK_TOKENS", "BlockRequest", "BlockWorkload", "CacheView", "FurthestNextUse", "KVResult",
            "LeafPolicy", "POLICIES", "PathOracle", "RadixFPB", "RadixHF", "RadixLARU", "RadixLRU",
            "RadixPolicy", "RadixRLT", "RadixTree", "build_workload", "make_policy", "register_policy",

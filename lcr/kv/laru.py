@@ -231,5 +231,3 @@ class RadixLARU(_Predictive):
             self._lru_phase = not self.trusted
         self.stats.extra["phases"] += 1
 
-
-LARU = RadixLARU  # temporary alias: other modules still import LARU

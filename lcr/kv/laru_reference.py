@@ -42,7 +42,7 @@ from lcr.kv.requests import BlockRequest
 
 
 class ReferenceRadixLARU(LeafPolicy):
-    name = "laru-spec"
+    name = "laru-reference"
     uses_predictions = True
     wants_requests = True
 

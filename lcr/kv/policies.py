@@ -331,7 +331,3 @@ class FurthestNextUse(LeafPolicy):
 
 
 from lcr.kv.laru import RadixLARU  # noqa: E402,F401  (it builds on _Predictive above)
-
-# Temporary aliases for modules not yet renamed (benchmarks/sglang_serving.py, tests/test_route.py,
-# tests/test_kv_rlt_chat.py): the radix classes are Radix<NAME>.
-LRU, FPB, HF, RLT, LARU = RadixLRU, RadixFPB, RadixHF, RadixRLT, RadixLARU

@@ -183,7 +183,7 @@ def _signatures(target) -> Iterator[inspect.Signature]:
 
 
 # lcr's own policies and tree ------------------------------------------------------------
-_SPEC = "lcr.kv.spec:RadixLARUSpec"  # loaded when used: only tests and benchmarks run it
+_REFERENCE = "lcr.kv.laru_reference:ReferenceRadixLARU"  # loaded when used: only tests and benchmarks run it
 
 
 def _register_own() -> None:
@@ -210,8 +210,9 @@ def _register_own() -> None:
                     serving=Serving(RadixRLT, {"whole_leaf": True})),
         RadixPolicy("opt", lambda w, pred, seed, **o: FurthestNextUse(w.next_use, **o), (FurthestNextUse,),
                     "leaf-OPT: the leaf used furthest in the future (offline)", fixed=("next_use",)),
-        RadixPolicy("laru-spec", lambda w, pred, seed, **o: load(_SPEC)(pred, **o), (_SPEC,),
-                    "LARU's sorting reference (lcr.kv.spec)", predictive=True, fixed=("predictor",)),
+        RadixPolicy("laru-reference", lambda w, pred, seed, **o: load(_REFERENCE)(pred, **o), (_REFERENCE,),
+                    "LARU's executable reference, by sorting (lcr.kv.laru_reference)", predictive=True,
+                    fixed=("predictor",)),
     ):
         register_policy(entry)
 
