@@ -979,6 +979,32 @@ def test_sim_route_runs_lpc_on_the_sharegpt_replay_and_refuses_it_elsewhere(tmp_
         assert len(run.stderr.strip().splitlines()) == 1 and "Traceback" not in run.stderr, run.stderr
 
 
+def test_route_sim_as_a_library_runs_every_policy_lcrs_tree_runs_lpc_included():
+    """``lcr.route.sim`` imported alone (no CLI) registers LPC's policies itself, and its
+    KV_POLICIES are the radix registry's policies for lcr's tree."""
+    chats = data_file("chat/sharegpt_v3_sample1000.jsonl")
+    code = f"""
+import lcr.route.sim as route_sim
+from lcr.kv import registry
+from lcr.route.routers import make_router
+from lcr.route.workload import RoutedRequest, from_trace
+from lcr.traces import load_trace
+
+ours = [name for name in registry.POLICIES
+        if "lcr" in registry.policy(name).engines and not registry.policy(name).offline]
+assert list(route_sim.KV_POLICIES) == ours and {{"lpc", "lpc-oracle", "laru-lpc", "fpb"}} <= set(ours), ours
+assert "opt" not in ours  # a worker's future depends on the routing
+trace = load_trace("sharegpt:path={chats},conversations=20")
+requests = [RoutedRequest(i, float(i), r, out) for i, (r, out) in enumerate(from_trace(trace, 64))]
+result = route_sim.simulate(requests, make_router("round_robin", 2), cache_tokens=2048,
+                            policy="lpc:model=oracle", meta=trace.meta)
+print(result.policy, result.requests)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split()[0] == "lpc:model=oracle"
+
+
 def test_live_benchmarks_keep_one_entry_per_setting_and_a_rerun_overwrites_its_own(tmp_path):
     """benchmarks/routing_live.py and router_overhead.py write one results file each, keyed
     by setting: a re-run of a setting replaces its entry, other settings stay, and the

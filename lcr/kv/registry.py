@@ -52,6 +52,7 @@ class RadixPolicy:
     engines: tuple[str, ...] = ("lcr", "sglang")
     fixed: tuple[str, ...] = ()  # parameters the replay fills itself, not options
     serving: Serving | None = None  # None: not an SGLang --cache-policy
+    offline: bool = False  # reads the workload's exact future: only a replay of one cache knows it
 
     def options(self) -> tuple[str, ...]:
         return declared_options(*self.declares, skip=self.fixed)
@@ -141,6 +142,12 @@ def engine_only(engine_name: str) -> Names:
     return Names(_POLICIES, lambda entry: entry.engines == (engine_name,))
 
 
+def runs_on(engine_name: str, offline: bool = True) -> Names:
+    """Policies that ``engine_name`` runs (others may run them too); ``offline=False``
+    leaves out those that read the workload's exact future (OPT)."""
+    return Names(_POLICIES, lambda entry: engine_name in entry.engines and (offline or not entry.offline))
+
+
 def load(declaration: Declaration):
     """A declaration itself, or the attribute that ``"module:attribute"`` names."""
     if not isinstance(declaration, str):
@@ -209,7 +216,8 @@ def _register_own() -> None:
                     "randomized leaf eviction (the LBGR paper)", fixed=("seed",),
                     serving=Serving(RadixRLT, {"whole_leaf": True})),
         RadixPolicy("opt", lambda w, pred, seed, **o: FurthestNextUse(w.next_use, **o), (FurthestNextUse,),
-                    "leaf-OPT: the leaf used furthest in the future (offline)", fixed=("next_use",)),
+                    "leaf-OPT: the leaf used furthest in the future (offline)", fixed=("next_use",),
+                    offline=True),
         RadixPolicy("laru-reference", lambda w, pred, seed, **o: load(_REFERENCE)(pred, **o), (_REFERENCE,),
                     "LARU's executable reference, by sorting (lcr.kv.laru_reference)", predictive=True,
                     fixed=("predictor",)),

@@ -31,7 +31,9 @@ from typing import Sequence
 
 import numpy as np
 
+import lcr.lpc.sim  # noqa: F401  (registers lpc, lpc-oracle, laru-lpc)
 from lcr.errors import LcrInputError
+from lcr.kv import registry
 from lcr.kv.predictors import make_path_predictor
 from lcr.kv.requests import BlockWorkload
 from lcr.kv.sim import PREDICTIVE, make_policy
@@ -41,9 +43,10 @@ from lcr.route.service import ServiceModel
 from lcr.route.workload import RoutedRequest
 from lcr.sim.sweep import PolicySpec
 
-#: The KV policies a simulated worker can run (``lcr.kv.sim``'s registry; the LPC ones need
-#: a chat trace's ``meta``).
-KV_POLICIES = ("lru", "rlt", "laru", "lpc", "lpc-oracle", "laru-lpc")
+#: The KV policies a simulated worker can run: the radix registry's for lcr's tree (a live
+#: view; the LPC ones need a chat trace's ``meta``). Not OPT: a worker's future depends on
+#: the routing, which the workload's next uses do not know.
+KV_POLICIES = registry.runs_on("lcr", offline=False)
 
 
 @dataclass
