@@ -15,9 +15,10 @@ size: ``lcr.traces.static``) unless --no-static. Traces longer than --max-reques
 cut to their first requests. ``--trace FILE`` (repeatable) runs the same table on your
 own traces instead, any format ``lcr sim`` reads.
 
-``--generated`` runs the same cells on lcr's generated traces instead (zipf, loop, scan
-and a planted-periodic trace): a check that a choice tuned on the shared traces does
-not hurt elsewhere.
+``--generated`` also runs the same cells on lcr's generated traces (zipf, loop, scan and a
+planted-periodic trace), summarized apart: a check that a choice tuned on the shared
+traces does not hurt elsewhere. The model passes are kept on disk (``model_pass``), so
+LARU rules re-run on the same predictions in seconds.
 
 The shared traces (``TRACES``: all of ``classic/`` and the embedding, recsys and KV
 traces) fall in two fixed halves (``HALVES``, rule in ``split``): choices are made on the
@@ -26,12 +27,13 @@ summarized separately (``--half`` runs one).
 
     python benchmarks/learned_gap.py [--data ../shared/data] [--plot docs/img/learned_gap.png]
     python benchmarks/learned_gap.py --half tuning    # the half choices are made on
-    python benchmarks/learned_gap.py --generated --out benchmarks/results/learned_gap_generated.json
+    python benchmarks/learned_gap.py --generated --half none --out /tmp/generated.json
     python benchmarks/learned_gap.py --trace my.trace [--format oracleGeneral] --out my_gap.json
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sys
 import time
@@ -39,6 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
+from lcr.atomic import write_atomic
 from lcr.errors import LcrInputError
 from lcr.policies import POLICIES
 from lcr.policies.laru import PAPER_RULE
@@ -47,6 +50,7 @@ from lcr.predict.features import FeatureConfig
 from lcr.predict.lightgbm_model import LightGBMConfig
 from lcr.predict.replayed import replay_model
 from lcr.sim.native import native_replay
+from lcr.sim.predictions import _code_digest, default_directory, trace_digest
 from lcr.sim.report import machine_description
 from lcr.sim.sweep import PolicySpec, run_one
 from lcr.traces import Trace, generate, load_trace
@@ -88,11 +92,13 @@ GENERATED = ["zipf:requests=200000,keys=20000,alpha=0.9,seed=1", "loop:requests=
              "scan:requests=200000,hot_keys=5000,alpha=0.8,scan_length=4000,seed=2", "planted-periodic"]
 SIZES = (0.01, 0.05, 0.10)
 HEURISTICS = ("arc", "lirs", "s3fifo", "wtinylfu")
+#: Where the model passes are kept (beside ``lcr sim``'s prediction arrays).
+PASSES = default_directory().parent / "learned_gap"
 #: The model variants: ``lightgbm`` is ``lcr sim --predictor lightgbm``'s model (the
 #: classifier on its default schedule, ``lcr.predict.learned_config``); ``weak`` the
 #: robustness model, one tree over one feature (the key id). Variants that lost (the old
 #: schedule, the regression, the classifier ranked as a time, fits every 1,000 accesses)
-#: are in docs/predictor.md with the commit that last ran them, not options here.
+#: are in docs/history.md with the commit that last ran them, not options here.
 VARIANTS = ("lightgbm", "weak")
 DEFAULT_VARIANTS = VARIANTS
 #: Policies driven by each variant's predictions: (label, native core, parameters).
@@ -133,6 +139,10 @@ def planted_periodic(seed: int = 0, length: int = 100_000) -> Trace:
 
 def load(path: Path, max_requests: int, fmt: str | None = None) -> Trace:
     trace = load_movielens(path) if path.suffix == ".inter" and fmt is None else load_trace(str(path), fmt)
+    return first_requests(trace, max_requests)
+
+
+def first_requests(trace: Trace, max_requests: int) -> Trace:
     return trace.head(max_requests) if len(trace) > max_requests else trace
 
 
@@ -149,6 +159,25 @@ def warm_up(variants: list[str]) -> None:
         replay_model(trace, variant_config(variant, 100))
 
 
+def model_pass(trace: Trace, config: LightGBMConfig) -> tuple[np.ndarray, float]:
+    """The model's answer at every request and its seconds per request, computed once per
+    (trace, model settings, ``lcr.predict`` sources) and then read from ``PASSES``: the
+    LARU rules re-run on the same predictions in seconds. The time is the one measured
+    when the pass ran (``replay_model`` does all of the model's work, feature updates,
+    sampling, fits and predictions, in this thread, on one core)."""
+    digest = hashlib.sha256(f"{trace_digest(trace)} {config!r} {_code_digest()}".encode()).hexdigest()[:32]
+    array, meta = PASSES / f"{digest}.npy", PASSES / f"{digest}.json"
+    if array.exists() and meta.exists():
+        return np.load(array), json.loads(meta.read_text())["seconds_per_request"]
+    start = time.perf_counter()
+    values = replay_model(trace, config).values
+    seconds = (time.perf_counter() - start) / len(trace)
+    PASSES.mkdir(parents=True, exist_ok=True)
+    write_atomic(array, lambda f: np.save(f, values))
+    write_atomic(meta, json.dumps({"trace": trace.name, "seconds_per_request": seconds}))
+    return values, seconds
+
+
 def run_trace(trace: Trace, variants: list[str], heuristics: list[str], seed: int = 0,
               static: bool = True, half: str = "yours") -> list[dict]:
     """The cells of one trace; ``half`` labels them (tuning, report, generated, yours).
@@ -160,13 +189,9 @@ def run_trace(trace: Trace, variants: list[str], heuristics: list[str], seed: in
         misses = {name: run_one(trace, PolicySpec(name), k).misses for name in ("lru", "opt", *heuristics)}
         timing = {}
         for variant in variants:
-            # The model's cost per request: replay_model does all of the model's work
-            # (feature updates, sampling, fits, predictions) in this thread, on one core.
-            start = time.perf_counter()
-            model = replay_model(trace, variant_config(variant, k, seed, trace if static else None))
-            timing[variant] = (time.perf_counter() - start) / len(trace)
+            values, timing[variant] = model_pass(trace, variant_config(variant, k, seed, trace if static else None))
             for label, policy, params in LEARNED_POLICIES:
-                run = native_replay(trace, policy, k, model.values, mode="async", **params)
+                run = native_replay(trace, policy, k, values, mode="async", **params)
                 misses[f"{label}+{variant}"] = len(trace) - int(run.hits.sum())
         n = len(trace)
         hit = {name: 1 - m / n for name, m in misses.items()}
@@ -216,16 +241,25 @@ def print_summary(half: str, summary: dict) -> None:
 
 
 def markdown(rows: list[dict], summary: dict, heuristics: list[str]) -> str:
-    """The per-cell table and the summary table of docs/predictor.md, for one half."""
+    """The tables of docs/predictor.md for one half: one row per trace (its cache sizes
+    side by side; gap closed in %, best heuristic = the best of ``heuristics`` per cell)
+    and the summary."""
     learned = [n for n in rows[0]["gap_closed"] if "+" in n]
-    lines = ["| trace | size | LRU | OPT | best heur (gap) | " + " | ".join(learned) + " |",
-             "|---|---|---|---|---|" + "---|" * len(learned)]
+    by_trace: dict[str, list[dict]] = {}
     for r in rows:
-        hit, gap = r["hit_ratio"], r["gap_closed"]
-        best = max(heuristics, key=lambda h: hit[h]) if heuristics else None
-        heur = f"{best} {hit[best]:.3f} ({gap[best]:+.0%})" if best else "-"
-        lines.append(f"| {r['trace'][:22]} | {r['fraction']:.0%} | {hit['lru']:.3f} | {hit['opt']:.3f} | {heur} | "
-                     + " | ".join(f"{gap[n]:+.0%}" for n in learned) + " |")
+        by_trace.setdefault(r["trace"], []).append(r)
+
+    def per_size(cells, value) -> str:
+        return "/".join(value(r) for r in cells)
+
+    sizes = "/".join(f"{f:.0%}" for f in SIZES)
+    lines = [f"| trace ({sizes}) | LRU hit ratio | OPT | best heuristic | " + " | ".join(learned) + " |",
+             "|---|---|---|---|" + "---|" * len(learned)]
+    for trace, cells in by_trace.items():
+        best = per_size(cells, lambda r: f"{100 * max(r['gap_closed'][h] for h in heuristics):.0f}") if heuristics else "-"
+        lines.append(f"| {trace[:24]} | {per_size(cells, lambda r: format(r['hit_ratio']['lru'], '.2f'))} | "
+                     f"{per_size(cells, lambda r: format(r['hit_ratio']['opt'], '.2f'))} | {best} | "
+                     + " | ".join(per_size(cells, lambda r, n=n: f"{100 * r['gap_closed'][n]:.0f}") for n in learned) + " |")
     lines += ["", "| policy | mean gap closed | median | worst cell (misses vs LRU) | cells >= best heuristic |",
               "|---|---|---|---|---|"]
     for name, s in summary["policies"].items():
@@ -267,7 +301,7 @@ def main() -> None:
     parser.add_argument("--plot", help="write the gap-closed bar chart here")
     parser.add_argument("--max-requests", type=int, default=300_000)
     parser.add_argument("--traces", help="comma-separated substrings: only traces whose path has one")
-    parser.add_argument("--half", choices=("tuning", "report", "both"), default="both",
+    parser.add_argument("--half", choices=("tuning", "report", "both", "none"), default="both",
                         help="which half of the shared traces to run (default both, summarized apart)")
     parser.add_argument("--trace", action="append", metavar="FILE",
                         help="run on this trace file instead of the shared ones (repeatable)")
@@ -276,7 +310,8 @@ def main() -> None:
     parser.add_argument("--markdown", action="store_true", help="print the tables of docs/predictor.md")
     parser.add_argument("--seed", type=int, default=0,
                         help="the models' seed (training-sample draws and LightGBM): the spread across seeds")
-    parser.add_argument("--generated", action="store_true", help="lcr's generated traces instead of the shared ones")
+    parser.add_argument("--generated", action="store_true",
+                        help="also lcr's generated traces, summarized apart (--half none: only them)")
     parser.add_argument("--no-static", dest="static", action="store_false",
                         help="leave out the traces' static metadata (table, tokens from root, size) as features")
     args = parser.parse_args()
@@ -290,9 +325,10 @@ def main() -> None:
     if args.generated:
         for spec in GENERATED:
             if not args.traces or any(s in spec for s in args.traces.split(",")):
-                trace = planted_periodic() if spec == "planted-periodic" else generate(spec)
+                trace = first_requests(planted_periodic() if spec == "planted-periodic" else generate(spec),
+                                       args.max_requests)
                 rows += run_trace(trace, variants, heuristics, args.seed, args.static, "generated")
-    for relative in [] if args.generated else args.trace or TRACES:
+    for relative in [] if args.half == "none" else args.trace or TRACES:
         if args.traces and not any(s in relative for s in args.traces.split(",")):
             continue
         half = "yours" if args.trace else HALVES[relative]

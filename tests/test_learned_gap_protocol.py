@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -55,9 +56,11 @@ def test_every_shared_classic_trace_is_in_the_benchmark(gap):
 
 
 def run_benchmark(tmp_path, *args: str) -> dict:
+    """One run, its model passes kept under tmp_path (not the user's cache)."""
     out = tmp_path / "gap.json"
+    env = {**os.environ, "LCR_CACHE_DIR": str(tmp_path / "cache")}
     subprocess.run([sys.executable, str(BENCHMARK), "--variants", "weak", "--out", str(out), *args],
-                   check=True, capture_output=True, timeout=300, cwd=BENCHMARK.parents[1])
+                   check=True, capture_output=True, timeout=300, cwd=BENCHMARK.parents[1], env=env)
     return json.loads(out.read_text())
 
 
@@ -74,6 +77,12 @@ def test_own_trace_cells_record_the_models_time_per_request(tmp_path):
     times = [r["model_us_per_request"]["weak"] for r in result["rows"]]
     assert 0 < times[0] < FIRST_CELL_US, times
     assert result["summary"]["yours"]["model_us_per_request"]["weak"] == pytest.approx(sum(times) / 3)
+    # A rerun reads the three passes from disk: the same cells, times included, no new pass.
+    passes = sorted((tmp_path / "cache" / "learned_gap").glob("*.npy"))
+    assert len(passes) == 3
+    again = run_benchmark(tmp_path, "--trace", str(path))
+    assert again["rows"] == result["rows"]
+    assert sorted((tmp_path / "cache" / "learned_gap").glob("*.npy")) == passes
 
 
 def test_both_halves_run_and_are_summarized_apart(tmp_path, gap):

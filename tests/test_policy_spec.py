@@ -108,8 +108,8 @@ def test_laru_follows_the_interval_expert_on_a_loop_where_answers_tie():
         following, predictor = build("laru", trace, capacity, constant, intervals=1, **params)
         hits = replay(trace, following, predictor).hits.sum()
         assert hits >= 0.85 * opt_hits and following.stats.extra["interval_evictions"] > 0
-        predicted, by_interval = following.shadows
-        assert by_interval.stats.misses < predicted.stats.misses == len(trace)  # the shadows: LRU's misses, fewer
+        (_, by_interval), _ = following.experts
+        assert by_interval.stats.misses < following.predicted_shadow.stats.misses == len(trace)  # LRU's, fewer
     # Where the predictions are right (oracle) their shadow leads and the expert is never followed.
     trace = generate("zipf:requests=6000,keys=800,alpha=0.9,seed=1")
     following, predictor = build("laru", trace, 60, intervals=1, **params)
@@ -123,14 +123,67 @@ def test_laru_follows_the_interval_expert_on_a_loop_where_answers_tie():
     (100, 0.03, 969, True), (100, 0.03, 971, False),                          # the share alone: > 30
     (20, 0.5, 979, True), (20, 0.5, 980, False),                              # k alone: > 20
     (30, 0.0, 999, True), (30, 0.0, 1001, False)])
-def test_laru_interval_lead_rule(capacity, margin, interval_misses, leads):
-    """The interval expert leads while its shadow has missed less than the predictions'
-    shadow (1,000 misses here) by more than ``margin`` of those misses or more than k."""
+def test_laru_expert_lead_rule(capacity, margin, interval_misses, leads):
+    """An expert leads while its shadow has missed less than the predictions' shadow
+    (1,000 misses here) by more than ``margin`` of those misses or more than k."""
     trace = generate("zipf:requests=100,keys=20,alpha=0.9,seed=1")
     policy, _ = build("laru", trace, capacity, intervals=1, margin=margin)
-    predicted, by_interval = policy.shadows
-    predicted.stats.misses, by_interval.stats.misses = 1000, interval_misses
-    assert policy._intervals_lead() == leads
+    (expert, by_interval), (_, by_decay) = policy.experts
+    policy.predicted_shadow.stats.misses, by_interval.stats.misses, by_decay.stats.misses = 1000, interval_misses, 1000
+    assert policy._leading_expert() is (expert if leads else None)
+
+
+@pytest.mark.parametrize("misses, leader", [((900, 800), "decay"), ((800, 800), "intervals"),
+                                            ((800, 900), "intervals"), ((999, 998), None)])
+def test_laru_follows_the_expert_whose_shadow_missed_least(misses, leader):
+    """Of several experts the one with the fewest shadow misses is the candidate (the first
+    listed on ties: intervals, decay); it leads only if it beats the predictions."""
+    trace = generate("zipf:requests=100,keys=20,alpha=0.9,seed=1")
+    policy, _ = build("laru", trace, 5, intervals=1, margin=0.03)
+    assert [expert.name for expert, _ in policy.experts] == ["intervals", "decay"]
+    policy.predicted_shadow.stats.misses = 1000
+    for (_, shadow), m in zip(policy.experts, misses):
+        shadow.stats.misses = m
+    chosen = policy._leading_expert()
+    assert (chosen.name if chosen else None) == leader
+
+
+@pytest.mark.parametrize("which", [0, 1], ids=["intervals", "decay"])
+def test_laru_expert_shadows_serve_exactly_the_caches_requests(which):
+    """Each expert's shadow is the LARU its expert alone would be on the whole trace: same
+    misses and same contents at every request. A shadow fed other requests than the cache
+    (only the cache's misses, say) drifts from it."""
+    from lcr.policies.laru_experts import EXPERTS
+
+    trace = generate("scan:requests=4000,hot_keys=150,scan_length=120,scan_every=700,seed=4")
+    capacity, params = 40, dict(b=1.05, credit=1, guard=0.005, intervals=0)
+    policy, predictor = build("laru", trace, capacity, np.zeros(len(trace)), mode="async", **{**params, "intervals": 1})
+    expert = EXPERTS[which](capacity)
+    alone = LARU(capacity, expert, "sync", **params)
+    _, shadow = policy.experts[which]
+    for t, key in enumerate(trace.keys.tolist()):
+        predictor.observe(key, t)
+        policy.access(key, t)
+        expert.on_access(key, t)
+        alone.access(key, t)
+        assert set(shadow) == set(alone), (expert.name, t)
+    assert shadow.stats.misses == alone.stats.misses
+
+
+@pytest.mark.parametrize("workload", ["zipf:requests=8000,keys=2000,alpha=1.0,seed=5",
+                                      "scan:requests=8000,hot_keys=150,scan_length=400,scan_every=900,seed=5"])
+def test_laru_follows_its_frequency_expert_where_answers_carry_nothing(workload):
+    """Constant answers make plain LARU exactly LRU; with its experts it follows the
+    frequency expert's shadow on a skewed popularity (with scans or without), which
+    misses least there, and misses less than LRU."""
+    trace = generate(workload)
+    lru = misses(trace, "lru", 60)
+    policy, predictor = build("laru", trace, 60, np.zeros(len(trace)), mode="async")
+    got = replay(trace, policy, predictor).stats["misses"]
+    (_, by_interval), (_, by_decay) = policy.experts
+    assert by_decay.stats.misses < min(by_interval.stats.misses, policy.predicted_shadow.stats.misses)
+    assert policy.predicted_shadow.stats.misses == lru and policy._leading_expert().name == "decay"
+    assert got < 0.97 * lru
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
@@ -147,7 +200,7 @@ def test_laru_follows_the_predictions_while_the_shadows_tie(mode):
 
 def test_laru_intervals_and_margin_are_checked():
     trace = generate("zipf:requests=100,keys=20,alpha=0.9,seed=1")
-    for bad in (dict(intervals=2), dict(intervals=1, margin=1.0), dict(intervals=1, margin=-0.1)):
+    for bad in (dict(intervals=2), dict(intervals=0.5), dict(intervals=1, margin=1.0), dict(intervals=1, margin=-0.1)):
         with pytest.raises(ValueError, match="intervals|margin"):
             build("laru", trace, 5, **bad)
 
@@ -190,10 +243,10 @@ def test_fpb_collapses_far_below_lru_with_inverted_predictions():
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
-@pytest.mark.parametrize("rule", [PAPER_RULE, {"intervals": 0}], ids=["paper", "default-without-intervals"])
+@pytest.mark.parametrize("rule", [PAPER_RULE, {"intervals": 0}], ids=["paper", "default-without-experts"])
 def test_laru_without_information_is_lru_decision_by_decision(mode, rule):
     """Answers that tie leave the window to recency, whatever b, credit and guard; the
-    interval expert (on by default) is a second source of answers, so it is off here."""
+    heuristic experts (on by default) are other sources of answers, so they are off here."""
     trace = generate("zipf:requests=5000,keys=500,alpha=0.8,seed=4")
     for values in (constant_predictions(trace), np.full(len(trace), np.nan)):
         laru, predictor = build("laru", trace, 40, values, mode=mode, **rule)

@@ -2,7 +2,6 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <optional>
 #include <vector>
 
 #include "cpu/candidate_window.h"
@@ -22,14 +21,22 @@ struct LaruParams {
     int64_t shrink_every = 1;
     bool credit = false;  // lambda grows back by b on hits LRU would have missed
     double guard = -1;    // >= 0: miss budget against LRU, (1 + guard) x its misses; < 0: off
-    bool intervals = false;  // follow the interval expert while its shadow misses less
-    double margin = 0.03;    // ... by this share of the predictions' shadow's misses (or by k)
+    // The heuristic experts (lcr.policies.laru_experts: intervals, then decay).
+    bool intervals = false;
+    double margin = 0.03;  // follow one while its shadow misses less by this share (or by k)
+
+    int64_t n_experts() const { return intervals ? 2 : 0; }
+    LaruParams without_experts() const {
+        LaruParams p = *this;
+        p.intervals = false;
+        return p;
+    }
 };
 
-// One LARU cache of k ids. Each access brings the key's rank (the prediction, or the
-// interval expert's answer for that shadow); `pred` only counts the predictor's calls.
-// A second tree, when asked for, holds the same ids under the interval expert's ranks so
-// that the window can follow that expert.
+// One LARU cache of k ids. Each access brings the key's rank (the prediction, or an
+// expert's answer for that expert's shadow); `pred` only counts the predictor's calls.
+// With `n_expert_trees`, one more tree per expert holds the same ids under that expert's
+// ranks, so that the window can follow it.
 class LaruCache {
 public:
     struct Step {
@@ -38,19 +45,20 @@ public:
     };
 
     LaruCache(int64_t k, int64_t n_ids, const LaruParams& params, const Predictions& pred, Counters& c,
-              bool with_interval_tree)
+              int64_t n_expert_trees)
         : k_(k), params_(params), pred_(pred), c_(c), cache_(k, n_ids), key_(n_ids),
           shadowed_(params.credit || params.guard >= 0),
           lru_shadow_(shadowed_ ? k : 0, shadowed_ ? n_ids : 0) {
-        if (with_interval_tree) by_interval_.emplace(k, n_ids);
+        for (int64_t e = 0; e < n_expert_trees; ++e) by_expert_.emplace_back(k, n_ids);
     }
 
     int64_t misses() const { return misses_; }
 
-    // A request of `id`: `rank` and `interval_rank` are its new ranks in the two trees;
-    // `intervals_lead()` is asked at a window eviction the predictions would make.
-    template <class Lead>
-    Step access(int32_t id, double rank, double interval_rank, Lead&& intervals_lead) {
+    // A request of `id`: `rank` is its new rank, `expert_ranks[e]` the one in expert e's
+    // tree; `leader()` (an expert's index, or -1 for the predictions) is asked at a window
+    // eviction the predictions would make.
+    template <class Leader>
+    Step access(int32_t id, double rank, const double* expert_ranks, Leader&& leader) {
         const bool lru_hit = !shadowed_ || lru_shadow_.access(id).hit;
         lru_misses_ += !lru_hit;
         if (cache_.contains(id)) {
@@ -60,20 +68,20 @@ public:
                 c_.lambda = std::min(1.0, c_.lambda * params_.b);
             }
             cache_.touch(id, rank);
-            if (by_interval_) by_interval_->touch(id, interval_rank);
+            for (size_t e = 0; e < by_expert_.size(); ++e) by_expert_[e].touch(id, expert_ranks[e]);
             return {true, -1};
         }
         int32_t victim = -1;
         if (cache_.size() >= k_) {
-            victim = choose_victim(id, intervals_lead);
+            victim = choose_victim(id, leader);
             leave_old(victim);
             cache_.remove(victim);
-            if (by_interval_) by_interval_->remove(victim);
+            for (RecencyTree& tree : by_expert_) tree.remove(victim);
         }
         ++misses_;
         key_[id].predicted_out_in = 0;  // reloaded: its last eviction is no longer by prediction
         cache_.push_newest(id, rank);
-        if (by_interval_) by_interval_->push_newest(id, interval_rank);
+        for (size_t e = 0; e < by_expert_.size(); ++e) by_expert_[e].push_newest(id, expert_ranks[e]);
         return {false, victim};
     }
 
@@ -86,8 +94,8 @@ private:
         bool old = false;
     };
 
-    template <class Lead>
-    int32_t choose_victim(int32_t id, Lead&& intervals_lead) {
+    template <class Leader>
+    int32_t choose_victim(int32_t id, Leader&& leader) {
         int64_t& phase = c_.phases;
         if (old_count_ == 0) {  // a new phase: every cached item becomes old
             cache_.for_each([&](int32_t item) { key_[item].old = true; });
@@ -113,9 +121,10 @@ private:
         const WindowChoice choice = choose_in_window(cache_, pred_, c_, window);
         int32_t victim = choice.victim;
         if (choice.by_prediction) {
-            if (by_interval_ && intervals_lead()) {
-                victim = by_interval_->largest_among_oldest(std::min(window, cache_.size()));
-                ++c_.interval_evictions;
+            const int64_t e = by_expert_.empty() ? -1 : leader();
+            if (e >= 0) {
+                victim = by_expert_[e].largest_among_oldest(std::min(window, cache_.size()));
+                c_.interval_evictions += e == 0;  // the interval expert is listed first
             }
             key_[victim].predicted_out_in = phase;
         }
@@ -134,7 +143,7 @@ private:
     const Predictions& pred_;
     Counters& c_;
     RecencyTree cache_;
-    std::optional<RecencyTree> by_interval_;
+    std::vector<RecencyTree> by_expert_;
     std::vector<KeyState> key_;  // one cache line per key touched
     int64_t old_count_ = 0;
     int64_t induced_in_phase_ = 0;
@@ -145,52 +154,90 @@ private:
     int64_t lru_misses_ = 0;
 };
 
-// The interval expert (lcr.policies.interval_expert.IntervalRanks): per id, its last
-// access + the interval before it, +inf after one access.
-class IntervalRanks {
+// One heuristic expert (lcr.policies.laru_experts) and its shadow LARU.
+class Expert {
 public:
-    explicit IntervalRanks(int64_t n_ids) : last_(n_ids, -1) {}
+    enum Kind { kIntervals, kDecay };
 
-    double on_access(int32_t id, int64_t t) {
-        const int64_t previous = last_[id];
-        last_[id] = t;
-        return previous < 0 ? std::numeric_limits<double>::infinity() : static_cast<double>(2 * t - previous);
+    Expert(Kind kind, int64_t k, int64_t n_ids, const LaruParams& params, Counters& counters)
+        : kind_(kind), tau_(10 * static_cast<double>(k) / std::log(2.0)),  // halves every 10 k requests
+          shadow_(k, n_ids, params.without_experts(), counted_nowhere_, counters, 0) {
+        last_.assign(n_ids, -1);
+        if (kind == kDecay) count_.assign(n_ids, 0.0);
     }
 
+    // The expert's rank of request t, then the shadow serves it with that rank.
+    template <class Never>
+    double access(int32_t id, int64_t t, Never&& never) {
+        const double r = rank(id, t);
+        shadow_.access(id, r, nullptr, never);
+        return r;
+    }
+    int64_t misses() const { return shadow_.misses(); }
+
 private:
+    double rank(int32_t id, int64_t t) {
+        switch (kind_) {
+            case kIntervals: {  // last access + the interval before it, +inf after one access
+                const int64_t previous = last_[id];
+                last_[id] = t;
+                return previous < 0 ? kInf : static_cast<double>(2 * t - previous);
+            }
+            case kDecay: {  // -(log decayed count + t / tau)
+                const int64_t last = last_[id] < 0 ? t : last_[id];
+                count_[id] = count_[id] * std::exp(-static_cast<double>(t - last) / tau_) + 1.0;
+                last_[id] = t;
+                return -(std::log(count_[id]) + static_cast<double>(t) / tau_);
+            }
+        }
+        return kInf;
+    }
+
+    static constexpr double kInf = std::numeric_limits<double>::infinity();
+    const Predictions counted_nowhere_{nullptr, false};  // the ranks come with each access
+    Kind kind_;
+    double tau_;
     std::vector<int64_t> last_;
+    std::vector<double> count_;
+    LaruCache shadow_;
 };
 
 void run_laru(const Requests& req, Recorder& rec, Counters& c, int64_t k, const Predictions& pred,
               const LaruParams& params) {
-    auto never = [] { return false; };
+    auto never = [] { return int64_t{-1}; };
     auto record = [&](int64_t t, const LaruCache::Step& step) {
         step.hit ? rec.hit(t) : step.victim >= 0 ? rec.miss(t, step.victim) : rec.miss(t);
     };
-    if (!params.intervals) {
-        LaruCache cache(k, req.n_ids, params, pred, c, false);
-        for (int64_t t = 0; t < req.n; ++t) record(t, cache.access(req.ids[t], pred.rank(t), 0.0, never));
+    const int64_t n_experts = params.n_experts();
+    if (n_experts == 0) {
+        LaruCache cache(k, req.n_ids, params, pred, c, 0);
+        for (int64_t t = 0; t < req.n; ++t) record(t, cache.access(req.ids[t], pred.rank(t), nullptr, never));
         c.predict_on_access(pred, req.n);
         return;
     }
-    // Two shadows (keys only, same parameters) beside the cache: LARU over the predictions
-    // and LARU over the interval expert; the cache follows the expert whose shadow misses less.
-    const Predictions counted_nowhere{nullptr, false};  // the interval shadow's ranks come with each access
-    Counters shadow_counters[2];
-    LaruCache cache(k, req.n_ids, params, pred, c, true);
-    LaruCache predicted(k, req.n_ids, params, pred, shadow_counters[0], false);
-    IntervalRanks intervals(req.n_ids);
-    LaruCache by_interval(k, req.n_ids, params, counted_nowhere, shadow_counters[1], false);
-    auto intervals_lead = [&] {  // lcr.policies.laru.LARU._intervals_lead
-        const int64_t saved = predicted.misses() - by_interval.misses();
-        return saved > k || static_cast<double>(saved) > params.margin * static_cast<double>(predicted.misses());
+    // Shadows (keys only, same parameters) beside the cache: LARU over the predictions and
+    // one LARU per expert; the cache follows the expert whose shadow misses least.
+    std::vector<Counters> shadow_counters(n_experts + 1);
+    LaruCache cache(k, req.n_ids, params, pred, c, n_experts);
+    LaruCache predicted(k, req.n_ids, params.without_experts(), pred, shadow_counters[0], 0);
+    std::vector<Expert> experts;
+    experts.reserve(n_experts);  // each shadow keeps a reference to its counters: no reallocation
+    for (const Expert::Kind kind : {Expert::kIntervals, Expert::kDecay})
+        experts.emplace_back(kind, k, req.n_ids, params, shadow_counters[experts.size() + 1]);
+    auto leader = [&]() -> int64_t {  // lcr.policies.laru.LARU._leading_expert
+        int64_t best = 0;
+        for (int64_t e = 1; e < n_experts; ++e)
+            if (experts[e].misses() < experts[best].misses()) best = e;
+        const int64_t saved = predicted.misses() - experts[best].misses();
+        const bool leads = saved > k || static_cast<double>(saved) > params.margin * static_cast<double>(predicted.misses());
+        return leads ? best : -1;
     };
+    std::vector<double> expert_ranks(n_experts);
     for (int64_t t = 0; t < req.n; ++t) {
         const int32_t id = req.ids[t];
-        const double interval_rank = intervals.on_access(id, t);
-        predicted.access(id, pred.rank(t), 0.0, never);  // the shadows count this request first
-        by_interval.access(id, interval_rank, 0.0, never);
-        record(t, cache.access(id, pred.rank(t), interval_rank, intervals_lead));
+        for (int64_t e = 0; e < n_experts; ++e) expert_ranks[e] = experts[e].access(id, t, never);
+        predicted.access(id, pred.rank(t), nullptr, never);  // the shadows count this request first
+        record(t, cache.access(id, pred.rank(t), expert_ranks.data(), leader));
     }
     c.predict_on_access(pred, req.n);
 }

@@ -10,10 +10,11 @@ On a miss into a full cache:
     with the largest predicted next-request time is evicted.
 
 The defaults are lcr's measured best for a learned model (docs/predictor.md, "Learned
-eviction"; tests/test_defaults.py): b = 1.05 with ``credit``, ``guard`` 0.005 and
-``intervals``, below. Their guarantee is the guard's (at most 1.005 x LRU's misses + k),
-not Theorem 1's, which credit gives up. Algorithm 1 as the paper writes it, which Theorem
-1 and the paper's experiments are about, is ``PAPER_RULE`` (b = 2, the three extensions off).
+eviction"; tests/test_defaults.py): b = 1.05 with ``credit``, ``guard`` 0.005 and the
+heuristic experts (``intervals``), below. Their guarantee is the guard's (at most 1.005
+x LRU's misses + k), not Theorem 1's, which credit gives up. Algorithm 1 as the paper
+writes it, which Theorem 1 and the paper's experiments are about, is ``PAPER_RULE`` (b =
+2, the extensions off).
 
 ``shrink_every`` gives the LLM variant of the paper's Section 5.1: lambda is divided by
 ``b`` once every ``shrink_every`` prediction-induced misses of a phase (the paper uses
@@ -36,12 +37,15 @@ guard) x LRU's misses + k, whatever the predictions. Oracle predictions never ex
 LRU's misses (OPT is optimal on every prefix of the requests), so the guard never acts
 and LARU still makes OPT's decisions.
 
-``intervals`` (lcr's extension) gives LARU a second expert for its window: each key's
-own last interval (``lcr.policies.interval_expert``), which needs no model and is what
-OPT does on loops, where a boundary classifier's answers all tie. Two shadow LARUs (same
-parameters, keys only) run beside the cache, one over the predictions and one over the
-interval expert; inside its window LARU follows the interval expert while that shadow
-has missed less so far than the predictions' shadow, by more than ``margin`` times the
+``intervals`` (lcr's extension) switches on LARU's heuristic experts for its window
+(``lcr.policies.laru_experts``: each key's own last interval, and frequency with aging;
+the option is named after the first, which came alone before), which need no model and
+see what a boundary classifier is blind to (a loop, where its answers all tie;
+popularity beyond the classifier's horizon). Beside the cache run
+one shadow LARU over the predictions and one per expert over that expert's ranks (same
+parameters, keys only, fed exactly the cache's requests); inside its window LARU follows
+the expert whose shadow has missed least so far (the first listed on ties) while that
+shadow has missed less than the predictions' shadow, by more than ``margin`` times the
 latter's misses or by more than k; else the predictions. Oracle predictions make their
 shadow OPT, which no shadow beats on any prefix of the requests, so LARU still makes
 OPT's decisions; any victim from the window keeps Theorem 1's bound, and the guard's
@@ -60,7 +64,7 @@ from types import MappingProxyType
 from typing import MutableSet
 
 from lcr.policies.base import Policy
-from lcr.policies.interval_expert import IntervalRanks
+from lcr.policies.laru_experts import EXPERTS, ExpertRanks
 from lcr.policies.predictions import NextAccessPredictor, PredictionTable
 from lcr.policies.lru import LRU
 from lcr.policies.recency import RecencyOrder
@@ -120,17 +124,18 @@ class LARU(Policy):
         self.evicted_by_prediction: MutableSet[int] = set() if record is None else record
         self._induced_in_phase = 0
         self.margin = float(margin)
-        # The interval expert and the two shadows that decide when to follow it (``intervals``).
-        self.interval_ranks = IntervalRanks() if intervals else None
-        self.shadows = None
-        if intervals:
-            same = dict(b=b, shrink_every=shrink_every, credit=credit, guard=guard, intervals=False)
-            self.shadows = (LARU(capacity, predictor, mode, **same),
-                            LARU(capacity, self.interval_ranks, "sync", **same))
+        # The experts, and the shadows that decide when to follow one: (expert, its shadow).
+        same = dict(b=b, shrink_every=shrink_every, credit=credit, guard=guard, intervals=False)
+        experts = [make(capacity) for make in EXPERTS] if intervals else []
+        self.experts: list[tuple[ExpertRanks, LARU]] = [
+            (expert, LARU(capacity, expert, "sync", **same)) for expert in experts]
+        self.predicted_shadow = LARU(capacity, predictor, mode, **same) if self.experts else None
+        #: Every shadow LARU (the predictions' first), or None without experts.
+        self.shadows = (self.predicted_shadow, *(shadow for _, shadow in self.experts)) if self.experts else None
         self.stats.extra.update(phases=0, prediction_induced_misses=0, credited_hits=0,
                                 guarded_evictions=0)
         if intervals:
-            self.stats.extra["interval_evictions"] = 0
+            self.stats.extra["interval_evictions"] = 0  # those the interval expert chose
 
     def native_args(self) -> dict:
         if type(self.evicted_by_prediction) is not set:
@@ -138,7 +143,7 @@ class LARU(Policy):
                              "pass record= to the Python spec only")
         return {"async_mode": self.table.mode == "async", "b": self.b, "shrink_every": self.shrink_every,
                 "credit": self.credit, "guard": -1.0 if self.guard is None else self.guard,  # -1: no guard
-                "intervals": self.shadows is not None, "margin": self.margin}
+                "intervals": bool(self.experts), "margin": self.margin}
 
     @property
     def window(self) -> int:
@@ -146,9 +151,11 @@ class LARU(Policy):
         return max(math.floor(self.lam * self.capacity), 1)
 
     def _access(self, key, t):
-        if self.shadows is not None:
-            for shadow in self.shadows:
+        if self.experts:
+            for expert, shadow in self.experts:
+                expert.on_access(key, t)
                 shadow.access(key, t)
+            self.predicted_shadow.access(key, t)
         lru_hit = self.lru_shadow.access(key, t) if self.lru_shadow is not None else True
         hit = key in self.recency
         if hit:
@@ -163,8 +170,6 @@ class LARU(Policy):
             self.evicted_by_prediction.discard(key)
         self.recency.touch(key)
         self.table.on_access(key, t)
-        if self.interval_ranks is not None:
-            self.interval_ranks.on_access(key, t)
         return hit
 
     def _evict_for(self, key: int, t: int) -> None:
@@ -184,24 +189,28 @@ class LARU(Policy):
         else:
             victim, by_prediction = choose_in_window(self.recency, self.table, self.stats, self.window, t)
             if by_prediction:
-                if self._intervals_lead():
-                    victim = self.interval_ranks.pick_victim(self.recency.oldest(self.window))
-                    self.stats.extra["interval_evictions"] += 1
+                leader = self._leading_expert()
+                if leader is not None:
+                    victim = leader.pick_victim(self.recency.oldest(self.window))
+                    if leader.name == "intervals":
+                        self.stats.extra["interval_evictions"] += 1
                 self.evicted_by_prediction.add(victim)
         self.old.discard(victim)
         self.recency.remove(victim)
         self.table.forget(victim)
         self.last_evicted = victim
 
-    def _intervals_lead(self) -> bool:
-        """Whether the interval expert's shadow has missed less so far, by more than the
-        margin's share of the predictions' shadow's misses or by more than k misses (where
-        few requests can hit at all, a share of the misses is out of reach)."""
-        if self.shadows is None:
-            return False
-        predicted, by_interval = self.shadows
-        saved = predicted.stats.misses - by_interval.stats.misses
-        return saved > self.capacity or saved > self.margin * predicted.stats.misses
+    def _leading_expert(self) -> ExpertRanks | None:
+        """The expert whose shadow has missed least so far (the first on ties), if it has
+        missed less than the predictions' shadow by more than the margin's share of the
+        latter's misses or by more than k misses (where few requests can hit at all, a
+        share of the misses is out of reach); else None (follow the predictions)."""
+        if not self.experts:
+            return None
+        expert, shadow = min(self.experts, key=lambda pair: pair[1].stats.misses)
+        predicted = self.predicted_shadow.stats.misses
+        saved = predicted - shadow.stats.misses
+        return expert if saved > self.capacity or saved > self.margin * predicted else None
 
     def _over_budget(self) -> bool:
         """Whether the misses so far, this one included (the base class counts it after

@@ -1,0 +1,85 @@
+"""LARU's heuristic experts (lcr's extension, not in the paper): rankings of its window
+that need no model, for what a boundary classifier is blind to.
+
+- ``intervals``: each key is expected back one interval after its last access (last
+  access + the time since the access before; +inf after a single access). That is what
+  OPT does on a loop and on any key that repeats its interval, and what a relaxed-Belady
+  classifier cannot say once every key of a loop is "back after the boundary".
+- ``decay`` (frequency with aging, as LRFU's combined recency and frequency): each access
+  adds 1 to a count that halves every 10 k requests (TinyLFU's aging period, 10 x the
+  cache size); the lowest count goes first. The order of two decayed counts never changes
+  while neither key is requested, so the rank, -(log count + last access / tau) with
+  tau = 10 k / ln 2, is fixed at the access.
+
+Each expert is a ``NextAccessPredictor`` whose rank for a key is fixed at the key's
+access (read, never computed, at ``predict``): the LARU that owns it reports every
+request through ``on_access``. A rank fixed at access is what lets the native core keep
+each expert's order in a tree.
+
+Not thread-safe (neither is a policy).
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+
+class ExpertRanks:
+    """A ranking fixed at each key's access; the largest rank is evicted first."""
+
+    name: str
+
+    def __init__(self, capacity: int):
+        self._rank: dict[int, float] = {}
+
+    def on_access(self, key: int, t: int) -> None:
+        """Record request ``t`` of ``key``."""
+        self._rank[key] = self.rank(key, t)
+
+    def rank(self, key: int, t: int) -> float:
+        raise NotImplementedError
+
+    def predict(self, keys: Sequence[int], now: int) -> list[float]:
+        get, inf = self._rank.get, math.inf
+        return [get(key, inf) for key in keys]
+
+    def pick_victim(self, candidates: Sequence[int]) -> int:
+        """The candidate ranked largest; the first one (least recent) on ties."""
+        get, inf = self._rank.get, math.inf
+        return max(candidates, key=lambda key: get(key, inf))
+
+
+class IntervalRanks(ExpertRanks):
+    """Per key: its last access + the interval before it (+inf after one access)."""
+
+    name = "intervals"
+
+    def __init__(self, capacity: int):
+        super().__init__(capacity)
+        self._last: dict[int, int] = {}
+
+    def rank(self, key, t):
+        previous = self._last.get(key)
+        self._last[key] = t
+        return math.inf if previous is None else 2 * t - previous
+
+
+class DecayRanks(ExpertRanks):
+    """-(log decayed count + last access / tau): the smallest decayed count ranks largest."""
+
+    name = "decay"
+
+    def __init__(self, capacity: int):
+        super().__init__(capacity)
+        self.tau = 10 * capacity / math.log(2)  # the count halves every 10 k requests
+        self._count: dict[int, tuple[float, int]] = {}  # decayed count at the last access, and when
+
+    def rank(self, key, t):
+        count, last = self._count.get(key, (0.0, t))
+        count = count * math.exp(-(t - last) / self.tau) + 1.0
+        self._count[key] = (count, t)
+        return -(math.log(count) + t / self.tau)
+
+
+#: LARU's experts (``intervals=1``), in the order the lead rule breaks ties.
+EXPERTS: tuple[type[ExpertRanks], ...] = (IntervalRanks, DecayRanks)
