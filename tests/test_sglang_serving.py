@@ -307,15 +307,20 @@ def test_startup_log_names_the_serving_predictor(caplog):
 
 
 def test_a_flush_restarts_the_policy_and_keeps_the_counters():
-    """/flush_cache empties the tree: LARU's phase set and keys must go with it (a stale
-    phase set never empties, so no new phase would ever start)."""
+    """/flush_cache empties the tree: LARU's keys, phase and records must go with it, and
+    so must its LRU twin, which held the flushed tree's contents: a twin that kept them
+    would count hits the emptied cache cannot have, and distrust LARU for no fault."""
     w, capacity, policy, cache, allocator = served_laru()
     before = cache.driver.metrics()
-    assert before["evictions"] > 0
+    assert before["evictions"] > 0 and policy.shadow.hits > 0 and policy.last_access and policy._phase_seen
     cache.reset()
+    allocator.clear()  # as the scheduler's flush_cache does after the tree's reset
     fresh = cache.driver.policy
-    assert fresh is not policy and not fresh.old and not fresh.last_access
+    assert fresh is not policy and fresh.shadow is None and fresh.hit_tokens == 0
+    assert not (fresh.last_access or fresh._phase_seen or fresh.evicted_by_prediction or fresh._size)
     assert cache.driver.metrics()["evictions"] == before["evictions"]
-    replay_sglang(w, capacity, fresh, cache=(cache, allocator))
+    assert replay_sglang(w, capacity, fresh, cache=(cache, allocator)) > 0
+    # served again from empty, beside a new, empty twin: LRU's own hits from empty
+    assert fresh.shadow.hits == replay_lcr(w, capacity, make_policy("lru", w))
     assert fresh.stats.extra["phases"] > 0
     assert cache.driver.metrics()["evictions"] == before["evictions"] + fresh.stats.evictions

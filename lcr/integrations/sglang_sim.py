@@ -55,6 +55,10 @@ class MockAllocator:
     def free_segment(self, indices, start_pos: int = 0) -> None:
         self.free(indices)
 
+    def clear(self) -> None:
+        """Every slot free again (SGLang's flush_cache clears the allocator after the tree)."""
+        self._free = list(range(self.size, 0, -1))
+
 
 class SGLangStrategy:
     """One of SGLang's own eviction strategies, by its ``--radix-eviction-policy`` name
