@@ -48,6 +48,34 @@ def test_each_radix_policy_class_has_one_name_and_the_reference_says_it_is_one()
         importlib.import_module("lcr.kv.spec")
 
 
+def test_every_policy_option_the_docs_and_docstrings_name_is_one_the_policy_takes():
+    """``NAME:option=value`` in docs/kv.md and the radix modules' docstrings and help, and
+    every ``confidence=VALUE``, name what the registry and RadixLARU take today (an option
+    removed in its declaration must not live on in an example)."""
+    import re
+    from pathlib import Path
+
+    import lcr.integrations.sglang_sim  # noqa: F401  (registers SGLang's own strategies)
+    import lcr.lpc.sim  # noqa: F401  (registers the LPC policies)
+    from lcr.kv.laru import CONFIDENCES
+
+    root = Path(__file__).resolve().parents[1]
+    files = [root / "docs/kv.md", *sorted((root / "lcr/kv").glob("*.py")), root / "lcr/lpc/sim.py",
+             *sorted((root / "lcr/integrations").glob("sglang*.py")), *sorted((root / "sglang_patch").glob("*.py"))]
+    names = "|".join(sorted(map(re.escape, registry.POLICIES), key=len, reverse=True))
+    spec = re.compile(rf"(?<![\w-])({names}):((?:\w+=[^;,\s`'\")]*;?)+)")
+    stale = []
+    for path in files:
+        text = path.read_text()
+        for match in spec.finditer(text):
+            options = [item.partition("=")[0] for item in match.group(2).split(";") if item]
+            valid = registry.policy(match.group(1)).options()
+            stale += [f"{path.name}: {match.group(0)} ({o})" for o in options if o not in valid]
+        stale += [f"{path.name}: confidence={value}" for value in re.findall(r"confidence=(\w+)", text)
+                  if value not in CONFIDENCES]
+    assert not stale, stale
+
+
 class RadixMRU(RadixLRU):
     """A policy made for the test: the most recently used leaf, with one option."""
 

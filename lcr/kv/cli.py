@@ -24,7 +24,7 @@ def parse_cache_tokens(text: str, distinct_tokens: int) -> list[int]:
 
 
 def parse_policies(text: str, engine: str | None = None) -> list[PolicySpec]:
-    """``lru,laru:shrink_every=1;b=4``: commas separate policies, ';' their parameters;
+    """``lru,laru:b=4;slack=0.02``: commas separate policies, ';' their parameters;
     each checked against the registry (and ``engine``, if given)."""
     specs = [PolicySpec.parse(item, registry=POLICIES) for item in split_policies(text)]
     if not specs:

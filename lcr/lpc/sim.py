@@ -9,7 +9,7 @@
 Other ``laru-lpc`` parameters go to LARU; its confidence rule defaults to ``balance``
 (``lcr.kv.laru``): LPC's predictions are right on average but wrong on many single
 conversations, which Algorithm 1's induced misses punish even while LPC is well ahead
-of LRU; ``confidence=earned`` gives the old behaviour.
+of LRU; ``confidence=shadow`` gives ``laru``'s rule.
 """
 from __future__ import annotations
 
