@@ -6,7 +6,7 @@ Per cell: LRU's and leaf-OPT's token hit rates, then the default LARU's hit toke
 exact predictions over leaf-OPT's (p = 0), with every prediction negated over LRU's
 (p = 1, ``PathOracle`` seed 0, as ``--noise 1``), and with the learned node predictor
 over LRU's (``--predictor lightgbm-belady``). The same functions as
-``lcr sim-kv`` (``make_policy``, ``make_path_predictor``, ``replay_lcr``); it prints
+``lcr sim-kv`` (``make_radix_policy``, ``make_path_predictor``, ``replay_lcr``); it prints
 markdown tables and writes benchmarks/results/kv_laru_cells.json.
 
     python benchmarks/kv_laru_cells.py [--traces mooncake,online_qa,aibrix,chat]
@@ -21,7 +21,7 @@ from pathlib import Path
 from lcr.kv.cli import load_chat, parse_cache_tokens
 from lcr.kv.predictors import make_path_predictor
 from lcr.kv.requests import build_workload
-from lcr.kv.sim import make_policy, replay_lcr
+from lcr.kv.sim import make_radix_policy, replay_lcr
 from lcr.traces import load_trace
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
@@ -39,13 +39,13 @@ def workload(spec: str):
 
 
 def run_cell(w, capacity: int) -> dict:
-    lru = replay_lcr(w, capacity, make_policy("lru", w))
-    opt = replay_lcr(w, capacity, make_policy("opt", w))
+    lru = replay_lcr(w, capacity, make_radix_policy("lru", w))
+    opt = replay_lcr(w, capacity, make_radix_policy("opt", w))
     cell = {"cache_tokens": capacity, "lru_hit_rate": lru / w.total_tokens, "opt_hit_rate": opt / w.total_tokens,
             "lru_hit_tokens": lru, "opt_hit_tokens": opt, "laru": {}}
     for mode, (kind, noise) in MODES.items():
         started = time.perf_counter()
-        policy = make_policy("laru", w, predictor=make_path_predictor(kind, w, noise, 0))
+        policy = make_radix_policy("laru", w, predictor=make_path_predictor(kind, w, noise, 0))
         hits = replay_lcr(w, capacity, policy)
         cell["laru"][mode] = {"hit_tokens": hits, "ratio": hits / (opt if mode == "p0" else lru),
                               "seconds": round(time.perf_counter() - started, 2)}

@@ -26,7 +26,7 @@ import numpy as np
 
 from lcr.kv.cli import parse_policies
 from lcr.kv.requests import build_workload
-from lcr.kv.sim import run_sweep
+from lcr.kv.sim import run_radix_sweep
 from lcr.lpc.chats import load_conversations, split_conversations
 from lcr.lpc.encoder import SentenceEncoder
 from lcr.lpc.features import examples
@@ -153,13 +153,13 @@ def main() -> None:
         return policy_label
 
     sizes = [round(f * distinct) for f in SIZES]
-    results = run_sweep(workload, sizes, parse_policies(",".join(specs)), [0.0])
+    results = run_radix_sweep(workload, sizes, parse_policies(",".join(specs)), [0.0])
     rows = [{"policy": label_of(r.policy), "cache_tokens": r.cache_tokens,
              "cache_share": r.cache_tokens / distinct, "hit_rate": prompt_hit_rate(r, prompts),
              "stats": r.stats} for r in results]
     lru_curve_sizes = [round(f * distinct) for f in LRU_CURVE]
     lru_curve = [(r.cache_tokens, prompt_hit_rate(r, prompts))
-                 for r in run_sweep(workload, lru_curve_sizes, parse_policies("lru"), [0.0])]
+                 for r in run_radix_sweep(workload, lru_curve_sizes, parse_policies("lru"), [0.0])]
     for row in rows:
         lru = next(x["hit_rate"] for x in rows if x["policy"] == "lru" and x["cache_tokens"] == row["cache_tokens"])
         row["vs_lru"] = row["hit_rate"] / lru if lru else None

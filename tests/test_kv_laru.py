@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from lcr.kv import PathOracle, RadixLRU, RadixTree, build_workload, make_policy, replay_lcr
+from lcr.kv import PathOracle, RadixLRU, RadixTree, build_workload, make_radix_policy, replay_lcr
 from lcr.kv.laru import RadixLARU
 from lcr.kv.policies import CacheView
 from lcr.traces import generate
@@ -188,12 +188,12 @@ def test_exact_laru_is_leaf_opt_and_inverted_stays_within_2_percent_of_lru_on_a_
     # share; the default loses 1.4% here (Algorithm 1's phase reset alone lost 10%).
     w = build_workload(generate("online_qa:conversations=2000"))
     capacity = round(w.distinct_tokens * 0.025)
-    lru = replay_lcr(w, capacity, make_policy("lru", w))
+    lru = replay_lcr(w, capacity, make_radix_policy("lru", w))
     inverted = RadixLARU(PathOracle(w, 1.0))
     assert replay_lcr(w, capacity, inverted) >= 0.98 * lru
     assert inverted.shadow.hits == lru  # the twin is LRU exactly: LRU's own replay's hits
     assert replay_lcr(w, capacity, RadixLARU(PathOracle(w))) == \
-        replay_lcr(w, capacity, make_policy("opt", w))
+        replay_lcr(w, capacity, make_radix_policy("opt", w))
 
 
 def policy_at(hits, shadow_hits):

@@ -8,7 +8,7 @@ import math
 import pytest
 
 from conftest import data_file
-from lcr.kv import make_policy, replay_lcr
+from lcr.kv import make_radix_policy, replay_lcr
 from lcr.kv.chat import chat_workload
 from lcr.kv.predictors import LearnedNodePredictor, make_path_predictor
 from lcr.kv.requests import BlockWorkload
@@ -23,7 +23,7 @@ def chat_slice():
 def test_answers_are_the_age_plus_at_most_one_boundary_and_split_parts_are_unknown(chat_slice):
     predictor = LearnedNodePredictor(background=False, objective="belady", rank="aging")
     replay_lcr(chat_slice, chat_slice.distinct_tokens // 20,
-               make_policy("laru", chat_slice, predictor=predictor))
+               make_radix_policy("laru", chat_slice, predictor=predictor))
     assert predictor.serving() == "lightgbm-belady"
     model = predictor.lightgbm.model
     boundary = model.metrics["boundary"]
@@ -44,8 +44,8 @@ def test_laru_with_the_belady_predictor_beats_lru_at_2_percent_and_stays_within_
     w = chat_slice
     for percent in (2, 5, 10):
         capacity = w.distinct_tokens * percent // 100
-        lru = replay_lcr(w, capacity, make_policy("lru", w))
-        laru = replay_lcr(w, capacity, make_policy(
+        lru = replay_lcr(w, capacity, make_radix_policy("lru", w))
+        laru = replay_lcr(w, capacity, make_radix_policy(
             "laru", w, predictor=make_path_predictor("lightgbm-belady", w, 0.0, 0)))
         if percent == 2:
             assert laru > lru, (percent, laru / lru)

@@ -101,9 +101,10 @@ def mru():
 
 
 def test_one_registry_entry_reaches_every_consumer(mru, capsys):
-    from lcr.kv.sim import POLICIES, make_policy
+    from lcr.kv.sim import POLICIES, RADIX_ENGINES, make_radix_policy
 
-    assert "test-mru" in POLICIES and isinstance(make_policy("test-mru", None, depth=2), RadixMRU)
+    assert "test-mru" in POLICIES and isinstance(make_radix_policy("test-mru", None, depth=2), RadixMRU)
+    assert "lcr" in RADIX_ENGINES
     assert main(["sim-kv", "online_qa:conversations=20", "--cache-tokens", "5%",
                  "--policies", "lru,test-mru:depth=2"]) == 0
     assert "test-mru:depth=2" in capsys.readouterr().out

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import random
 
-from lcr.kv import PathOracle, build_workload, make_policy, replay_lcr
+from lcr.kv import PathOracle, build_workload, make_radix_policy, replay_lcr
 from lcr.kv.laru import RadixLARU
 from lcr.kv.reuse import TokenReuse
 from lcr.lpc.workload import sharegpt
@@ -39,7 +39,7 @@ def test_balance_estimates_the_hit_tokens_gained_or_lost_against_lru():
     # real difference from LRU, both when the predictions are exact and when inverted.
     w = workload()
     capacity = w.distinct_tokens // 10
-    lru = replay_lcr(w, capacity, make_policy("lru", w))
+    lru = replay_lcr(w, capacity, make_radix_policy("lru", w))
     for noise in (0.0, 1.0):
         policy = RadixLARU(PathOracle(w, noise), confidence="balance", slack=1e9)
         gained = replay_lcr(w, capacity, policy) - lru
@@ -55,8 +55,8 @@ def test_balance_estimates_the_hit_tokens_gained_or_lost_against_lru():
 def test_balance_follows_good_predictions_and_falls_back_to_lru_on_inverted_ones():
     w = workload()
     capacity = w.distinct_tokens // 10
-    lru = replay_lcr(w, capacity, make_policy("lru", w))
-    opt = replay_lcr(w, capacity, make_policy("opt", w))
+    lru = replay_lcr(w, capacity, make_radix_policy("lru", w))
+    opt = replay_lcr(w, capacity, make_radix_policy("opt", w))
     assert replay_lcr(w, capacity, RadixLARU(PathOracle(w), confidence="balance")) >= 0.99 * opt
     guarded = RadixLARU(PathOracle(w, 1.0), confidence="balance")
     inverted = replay_lcr(w, capacity, guarded)

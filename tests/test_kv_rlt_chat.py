@@ -9,7 +9,7 @@ import pytest
 
 from conftest import data_file
 from lcr.cli import main
-from lcr.kv import RadixRLT, RadixTree, build_workload, make_policy, replay_lcr
+from lcr.kv import RadixRLT, RadixTree, build_workload, make_radix_policy, replay_lcr
 from lcr.kv.chat import chat_workload
 from lcr.kv.laru import RadixLARU
 from lcr.traces import Trace, generate
@@ -53,9 +53,9 @@ def test_rlt_clears_marks_when_marked_tokens_reach_the_capacity():
 def test_rlt_tail_is_seeded_and_differs_from_whole_leaf():
     w = build_workload(generate("online_qa:conversations=200,seed=1"))
     capacity = w.distinct_tokens // 20
-    runs = [replay_lcr(w, capacity, make_policy("rlt", w, seed=3)) for _ in range(2)]
+    runs = [replay_lcr(w, capacity, make_radix_policy("rlt", w, seed=3)) for _ in range(2)]
     assert runs[0] == runs[1]
-    assert runs[0] != replay_lcr(w, capacity, make_policy("rlt", w, seed=3, whole_leaf=True))
+    assert runs[0] != replay_lcr(w, capacity, make_radix_policy("rlt", w, seed=3, whole_leaf=True))
 
 
 def test_chat_replay_turns_extend_their_session_prefix():
@@ -67,7 +67,7 @@ def test_chat_replay_turns_extend_their_session_prefix():
     extended = sum(any(r.paths[:len(p) - 1] == p[:-1] and len(p) > 1 and len(r.paths) > len(p)
                        for p in prefixes) for r in w.requests)
     assert extended > len(w) // 4
-    lru = replay_lcr(w, w.distinct_tokens // 10, make_policy("lru", w))
+    lru = replay_lcr(w, w.distinct_tokens // 10, make_radix_policy("lru", w))
     assert 0 < lru < w.total_tokens
 
 

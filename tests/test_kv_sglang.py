@@ -28,7 +28,7 @@ from lcr.cli import main  # noqa: E402
 from lcr.errors import LcrInputError  # noqa: E402
 from lcr.integrations import sglang as integ  # noqa: E402
 from lcr.integrations.sglang_sim import MockAllocator, build_cache, replay_sglang  # noqa: E402
-from lcr.kv import PathOracle, RadixLRU, build_workload, make_policy, registry, replay_lcr  # noqa: E402
+from lcr.kv import PathOracle, RadixLRU, build_workload, make_radix_policy, registry, replay_lcr  # noqa: E402
 from lcr.traces import generate  # noqa: E402
 
 
@@ -40,8 +40,8 @@ def policy(name, w, capacity, noise=0.0, predictor=None):
     if predictor is None and name in registry.PREDICTIVE:
         predictor = PathOracle(w, noise)
     if name == "rlt":  # SGLang's tree evicts whole nodes: RLT's whole-leaf variant
-        return make_policy(name, w, whole_leaf=True)
-    return make_policy(name, w, predictor=predictor)
+        return make_radix_policy(name, w, whole_leaf=True)
+    return make_radix_policy(name, w, predictor=predictor)
 
 
 # Every registered policy that both trees run, except LPC's (they need a chat trace,
@@ -119,7 +119,7 @@ def test_a_failing_predictor_falls_back_to_lru_inside_sglang():
 
     w = online_qa()
     capacity = w.distinct_tokens // 10
-    laru = make_policy("laru", w, predictor=Broken())
+    laru = make_radix_policy("laru", w, predictor=Broken())
     assert replay_sglang(w, capacity, laru) == replay_lcr(w, capacity, RadixLRU())
     assert laru.stats.extra["predictor_fallbacks"] > 0
 
@@ -129,7 +129,7 @@ def test_eviction_beyond_what_is_evictable_returns_what_it_freed():
 
     w = online_qa()
     capacity = w.distinct_tokens // 10
-    cache, allocator = build_cache(make_policy("rlt", w), capacity)
+    cache, allocator = build_cache(make_radix_policy("rlt", w), capacity)
     # Fill the cache with a few requests, then ask for far more than it holds.
     replay_sglang(type(w)(w.requests[:20], "head"), capacity, None, cache=(cache, allocator))
     used = capacity - allocator.available_size()
@@ -191,6 +191,6 @@ def test_engines_agree_with_a_learned_style_predictor(name):
     runs = []
     for replay in (replay_lcr, replay_sglang):
         predictor = RecentIntervalsPredictor()
-        runs.append((replay(w, capacity, make_policy(name, w, predictor=predictor)),
+        runs.append((replay(w, capacity, make_radix_policy(name, w, predictor=predictor)),
                      dict(predictor.features.depth)))
     assert runs[0] == runs[1]  # same hits, and the same node depths fed to the features

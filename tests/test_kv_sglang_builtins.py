@@ -15,7 +15,7 @@ from sglang.srt.mem_cache.utils import get_eviction_strategy  # noqa: E402
 
 from lcr.cli import main  # noqa: E402
 from lcr.integrations.sglang_sim import build_cache, replay_sglang  # noqa: E402
-from lcr.kv import build_workload, make_policy  # noqa: E402
+from lcr.kv import build_workload, make_radix_policy  # noqa: E402
 from lcr.traces import Trace  # noqa: E402
 
 # (name, options, whether the skewed workload tells it from plain LRU)
@@ -42,7 +42,7 @@ def test_each_victim_is_the_leaf_sglang_s_own_strategy_ranks_first(name, options
     w = skewed_workload()
     capacity = w.distinct_tokens // 4
     strategy = get_eviction_strategy(name, options)  # a strategy object of SGLang's own, apart from the cache's
-    policy = make_policy(name, w, **options)
+    policy = make_radix_policy(name, w, **options)
     cache, allocator = build_cache(policy, capacity)
     full = cache.tree_core.components_by_type[ComponentType.FULL]
     original, victims = full._evict_device_next_node, []

@@ -10,7 +10,7 @@ from conftest import real_trace
 from lcr.cli import main
 from lcr.errors import LcrInputError
 from lcr.kv import (BlockWorkload, PathOracle, RadixLARU, RadixLRU, RadixRLT, RadixTree,
-                    build_workload, make_policy, replay_lcr, run_sweep)
+                    build_workload, make_radix_policy, replay_lcr, run_radix_sweep)
 from lcr.kv.policies import LeafPolicy, RadixFPB
 from lcr.traces import Trace, generate
 
@@ -158,7 +158,7 @@ def small_online_qa():
 
 def hit_rate(w, capacity, name, noise=0.0, **kw):
     predictor = PathOracle(w, noise) if name in ("laru", "fpb", "hf") else None
-    policy = make_policy(name, w, predictor=predictor, **kw)
+    policy = make_radix_policy(name, w, predictor=predictor, **kw)
     return replay_lcr(w, capacity, policy) / w.total_tokens
 
 
@@ -217,7 +217,7 @@ def test_rlt_is_seeded_and_spares_marked_leaves():
 
 def test_sweep_reports_cost_ratio_against_opt():
     w = small_online_qa()
-    results = run_sweep(w, [w.distinct_tokens // 20], ["lru", "laru", "opt"], [0.0, 1.0])
+    results = run_radix_sweep(w, [w.distinct_tokens // 20], ["lru", "laru", "opt"], [0.0, 1.0])
     by = {(r.policy, r.noise): r for r in results}
     assert by[("opt", None)].cost_ratio == 1.0
     assert by[("lru", None)].cost_ratio >= 1.0

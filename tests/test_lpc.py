@@ -322,15 +322,15 @@ def test_lpc_makes_the_same_choices_in_sglangs_tree():
     from lcr.integrations.sglang import CACHE_CLASSES
     from lcr.kv.cli import parse_policies
     from lcr.kv.requests import build_workload
-    from lcr.kv.sim import run_sweep
+    from lcr.kv.sim import run_radix_sweep
     from lcr.lpc.workload import sharegpt
 
     assert CACHE_CLASSES["lpc"].policy_name == "lpc"
     workload = build_workload(sharegpt(str(data_file(SHAREGPT)), conversations=12, max_active=6))
     capacity = workload.distinct_tokens // 10
     policies = parse_policies("lpc-oracle")
-    lcr_run = run_sweep(workload, [capacity], policies, [0.0], engine="lcr")
-    sglang_run = run_sweep(workload, [capacity], policies, [0.0], engine="sglang")
+    lcr_run = run_radix_sweep(workload, [capacity], policies, [0.0], engine="lcr")
+    sglang_run = run_radix_sweep(workload, [capacity], policies, [0.0], engine="sglang")
     assert [r.hit_tokens for r in sglang_run] == [r.hit_tokens for r in lcr_run]
     assert lcr_run[0].stats["evictions"] > 20
 

@@ -21,7 +21,7 @@ from sglang.srt.mem_cache.base_prefix_cache import EvictParams  # noqa: E402
 from lcr.integrations import sglang as integ  # noqa: E402
 from lcr.integrations.serving_predictor import GuardedPredictor  # noqa: E402
 from lcr.integrations.sglang_sim import build_cache, replay_sglang  # noqa: E402
-from lcr.kv import build_workload, make_policy, replay_lcr  # noqa: E402
+from lcr.kv import build_workload, make_radix_policy, replay_lcr  # noqa: E402
 from lcr.kv.predictors import FeaturePredictor, RecentIntervalsPredictor  # noqa: E402
 from lcr.traces import generate  # noqa: E402
 
@@ -58,7 +58,7 @@ def test_each_node_is_observed_once_per_request_as_lcrs_tree_does():
     runs = []
     for replay in (replay_lcr, replay_sglang):
         predictor = Recording()
-        replay(w, capacity, make_policy("laru", w, predictor=predictor))
+        replay(w, capacity, make_radix_policy("laru", w, predictor=predictor))
         runs.append(predictor.seen)
     lcr_seen, sglang_seen = runs
     assert not [pair for pair, n in Counter(sglang_seen).items() if n > 1]
@@ -68,7 +68,7 @@ def test_each_node_is_observed_once_per_request_as_lcrs_tree_does():
 def test_inserts_are_dated_at_their_requests_match():
     """Request A matches, B matches, then A inserts: A's new node is A's access."""
     w = online_qa(10)
-    policy = make_policy("lru", w)
+    policy = make_radix_policy("lru", w)
     cache, allocator = build_cache(policy, w.distinct_tokens)
     from array import array
 
@@ -102,7 +102,7 @@ def test_serving_keys_make_the_same_choices_as_path_ids(name, predictor):
     capacity = w.distinct_tokens // 10
     stats = []
     for keys in ("sim", "serving"):
-        policy = make_policy(name, w, predictor=predictor() if predictor else None)
+        policy = make_radix_policy(name, w, predictor=predictor() if predictor else None)
         hits = replay_sglang(w, capacity, policy, keys=keys)
         stats.append((hits, policy.stats.as_dict()))
     assert stats[0] == stats[1]
@@ -116,7 +116,7 @@ def test_serving_keys_tell_equal_pages_apart_by_their_parents():
     w = online_qa()
     firsts = Counter(tokens[0] for tokens in serving_tokens(w))
     assert max(firsts.values()) > 1  # the workload does repeat first pages
-    policy = make_policy("lru", w)
+    policy = make_radix_policy("lru", w)
     cache, _ = build_cache(policy, w.distinct_tokens, sim_keys=False)
     replay_sglang(w, w.distinct_tokens, policy, keys="serving", cache=(cache, _))
     nodes = list(cache.driver._cached_nodes())
@@ -132,7 +132,7 @@ def test_a_split_keeps_the_upper_key_and_rekeys_the_lower_part():
     from sglang.srt.mem_cache.radix_cache import RadixKey
 
     w = online_qa(10)
-    policy = make_policy("lru", w)
+    policy = make_radix_policy("lru", w)
     cache, allocator = build_cache(policy, 100, sim_keys=False)
     long, short = array("q", [5, 6, 7, 8]), array("q", [5, 6, 9])
     cache.match_prefix(MatchPrefixParams(key=RadixKey(long)))
@@ -153,7 +153,7 @@ def served_laru():
     """LARU (recent intervals) after serving online_qa through SGLang's tree."""
     w = online_qa()
     capacity = w.distinct_tokens // 10
-    policy = make_policy("laru", w, predictor=RecentIntervalsPredictor())
+    policy = make_radix_policy("laru", w, predictor=RecentIntervalsPredictor())
     cache, allocator = build_cache(policy, capacity)
     replay_sglang(w, capacity, policy, cache=(cache, allocator))
     return w, capacity, policy, cache, allocator
@@ -168,7 +168,7 @@ def test_a_pass_keys_each_leaf_once_and_builds_no_sglang_heap(monkeypatch):
 
     monkeypatch.setattr(FullComponent, "_ensure_eviction_strategy", heap_build)
     w = online_qa()
-    policy = make_policy("lru", w)
+    policy = make_radix_policy("lru", w)
     cache, allocator = build_cache(policy, w.distinct_tokens, sim_keys=False)
     replay_sglang(w, w.distinct_tokens, policy, keys="serving", cache=(cache, allocator))
     nodes = len(list(cache.driver._cached_nodes()))
@@ -280,11 +280,11 @@ def test_a_hung_predictor_costs_one_timeout_not_one_per_victim():
     w = online_qa()
     capacity = w.distinct_tokens // 10
     guard = GuardedPredictor(Hung(), timeout_s=0.02, backoff_s=3600, pass_budget_s=0.05)
-    policy = make_policy("laru", w, predictor=guard)
+    policy = make_radix_policy("laru", w, predictor=guard)
     hits = replay_sglang(w, capacity, policy)
     assert Hung.calls == 1
     assert policy.stats.extra["predictor_fallbacks"] > 10
-    assert hits == replay_lcr(w, capacity, make_policy("laru", w, predictor=GuardedPredictor(
+    assert hits == replay_lcr(w, capacity, make_radix_policy("laru", w, predictor=GuardedPredictor(
         Hung(), timeout_s=0.02, backoff_s=3600, pass_budget_s=0.05)))
 
 
@@ -321,6 +321,6 @@ def test_a_flush_restarts_the_policy_and_keeps_the_counters():
     assert cache.driver.metrics()["evictions"] == before["evictions"]
     assert replay_sglang(w, capacity, fresh, cache=(cache, allocator)) > 0
     # served again from empty, beside a new, empty twin: LRU's own hits from empty
-    assert fresh.shadow.hits == replay_lcr(w, capacity, make_policy("lru", w))
+    assert fresh.shadow.hits == replay_lcr(w, capacity, make_radix_policy("lru", w))
     assert fresh.stats.extra["phases"] > 0
     assert cache.driver.metrics()["evictions"] == before["evictions"] + fresh.stats.evictions

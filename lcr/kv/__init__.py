@@ -5,10 +5,10 @@ from lcr.kv.policies import (CacheView, FurthestNextUse, LeafPolicy, RadixFPB, R
 from lcr.kv.predictors import PathOracle
 from lcr.kv.registry import RadixPolicy, register_policy
 from lcr.kv.requests import BLOCK_TOKENS, BlockRequest, BlockWorkload, build_workload
-from lcr.kv.sim import POLICIES, KVResult, make_policy, replay_lcr, run_sweep
+from lcr.kv.sim import POLICIES, KVResult, make_radix_policy, replay_lcr, run_radix_sweep
 from lcr.kv.tree import RadixTree
 
 __all__ = ["BLOCK_TOKENS", "BlockRequest", "BlockWorkload", "CacheView", "FurthestNextUse", "KVResult",
            "LeafPolicy", "POLICIES", "PathOracle", "RadixFPB", "RadixHF", "RadixLARU", "RadixLRU",
-           "RadixPolicy", "RadixRLT", "RadixTree", "build_workload", "make_policy", "register_policy",
-           "replay_lcr", "run_sweep"]
+           "RadixPolicy", "RadixRLT", "RadixTree", "build_workload", "make_radix_policy", "register_policy",
+           "replay_lcr", "run_radix_sweep"]

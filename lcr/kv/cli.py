@@ -13,9 +13,9 @@ from lcr.sim.sweep import PolicySpec
 import lcr.integrations.sglang_sim  # noqa: F401  (registers --engine sglang and SGLang's own strategies)
 import lcr.lpc.sim  # noqa: F401  (registers the LPC policies)
 from lcr.kv import registry
-from lcr.kv.predictors import parse_predictor
+from lcr.kv.predictors import parse_radix_predictor
 from lcr.kv.requests import BLOCK_TOKENS, build_workload
-from lcr.kv.sim import ENGINES, POLICIES, run_sweep
+from lcr.kv.sim import POLICIES, RADIX_ENGINES, run_radix_sweep
 
 
 def parse_cache_tokens(text: str, distinct_tokens: int) -> list[int]:
@@ -78,7 +78,7 @@ def register(subparsers) -> None:
     p.add_argument("--noise", default=None,
                    help="worst-case noise probabilities for oracle predictions, e.g. 0,0.5,1")
     p.add_argument("--engine", default="lcr",
-                   help="; ".join(f"{e}: {registry.engine(e).summary}" for e in ENGINES))
+                   help="; ".join(f"{e}: {registry.engine(e).summary}" for e in RADIX_ENGINES))
     p.add_argument("--block-tokens", type=int, default=BLOCK_TOKENS, help="tokens per full block")
     p.add_argument("--limit", type=int, help="replay only the first N requests, counted as the summary "
                                              "line counts them (prompts, each a chain of blocks)")
@@ -93,7 +93,7 @@ def run(args) -> int:
 
     registry.engine(args.engine).check()  # can it run here? (before a policy's options load its code)
     policies = parse_policies(args.policies, args.engine)
-    kind, fixed_noise = parse_predictor(args.predictor)
+    kind, fixed_noise = parse_radix_predictor(args.predictor)
     if fixed_noise is not None and args.noise is not None:
         raise LcrInputError("give the noise either as --predictor noisy:P or as --noise, not both")
     noises = [fixed_noise] if fixed_noise is not None else parse_noises(args.noise or "0", probability=True)
@@ -109,7 +109,7 @@ def run(args) -> int:
             trace = trace.first_prompts(args.limit)
         workload = build_workload(trace, args.block_tokens)
     capacities = parse_cache_tokens(args.cache_tokens, workload.distinct_tokens)
-    results = run_sweep(workload, capacities, policies, noises, predictor=kind, engine=args.engine,
+    results = run_radix_sweep(workload, capacities, policies, noises, predictor=kind, engine=args.engine,
                         seed=args.seed)
     print(f"# {workload.name}: {len(workload):,} requests, {workload.total_tokens:,} tokens "
           f"({workload.distinct_tokens:,} distinct); engine {args.engine}, predictor {args.predictor}")

@@ -20,7 +20,6 @@ Engine protocol, per request at time ``now``:
 from __future__ import annotations
 
 import logging
-import math
 from abc import ABC, abstractmethod
 from typing import Callable, ClassVar, Iterable, Sequence
 

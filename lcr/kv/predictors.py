@@ -17,7 +17,7 @@ from lcr.policies.rng import SplitMix64
 from lcr.predict.base import Predictor
 
 _MASK = (1 << 64) - 1
-LEARNED = ("lightgbm", "intervals", "lightgbm-late", "lightgbm-belady")
+LEARNED_RADIX_PREDICTORS = ("lightgbm", "intervals", "lightgbm-late", "lightgbm-belady")
 
 
 class PathOracle(Predictor):
@@ -41,7 +41,7 @@ class PathOracle(Predictor):
         return draw.next_u64() < self.noise * 2.0 ** 64
 
 
-def parse_predictor(text: str) -> tuple[str, float | None]:
+def parse_radix_predictor(text: str) -> tuple[str, float | None]:
     """``oracle``, ``noisy:P`` or ``lightgbm``; returns (kind, fixed noise or None)."""
     kind, _, arg = text.partition(":")
     if kind == "oracle" and not arg:
@@ -54,9 +54,10 @@ def parse_predictor(text: str) -> tuple[str, float | None]:
         if not 0 <= p <= 1:
             raise LcrInputError(f"--predictor {text!r}: P must be in [0, 1]")
         return "oracle", p
-    if kind in LEARNED and not arg:
+    if kind in LEARNED_RADIX_PREDICTORS and not arg:
         return kind, None
-    raise LcrInputError(f"unknown predictor {text!r}; valid: oracle, noisy:P, {', '.join(LEARNED)}")
+    raise LcrInputError(f"unknown predictor {text!r}; valid: oracle, noisy:P, "
+                        f"{', '.join(LEARNED_RADIX_PREDICTORS)}")
 
 
 def make_path_predictor(kind: str, workload: BlockWorkload, noise: float, seed: int) -> Predictor:

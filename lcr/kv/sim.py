@@ -12,10 +12,10 @@ from lcr.kv.requests import BlockWorkload
 from lcr.kv.tree import replay_lcr  # noqa: F401  (the lcr engine's replay, importable from here)
 
 # Live views of lcr.kv.registry: policies and engines registered later show up in them.
-POLICIES, PREDICTIVE, ENGINES = registry.POLICIES, registry.PREDICTIVE, registry.ENGINES
+POLICIES, PREDICTIVE, RADIX_ENGINES = registry.POLICIES, registry.PREDICTIVE, registry.ENGINES
 
 
-def make_policy(name: str, workload: BlockWorkload, *, predictor=None, seed: int = 0,
+def make_radix_policy(name: str, workload: BlockWorkload, *, predictor=None, seed: int = 0,
                 **params) -> LeafPolicy:
     """A fresh policy of the registry (``lcr.kv.registry``); ``workload`` serves OPT's
     exact future and LPC's chat metadata."""
@@ -54,7 +54,7 @@ def replay_engine(name: str) -> Callable[[BlockWorkload, int, LeafPolicy], int]:
     return engine.replay
 
 
-def run_sweep(workload: BlockWorkload, capacities: list[int], policies: list, noises: list[float],
+def run_radix_sweep(workload: BlockWorkload, capacities: list[int], policies: list, noises: list[float],
               *, predictor: str = "oracle", engine: str = "lcr", seed: int = 0,
               progress: Callable[[str], None] | None = None) -> list[KVResult]:
     replay = replay_engine(engine)
@@ -64,7 +64,7 @@ def run_sweep(workload: BlockWorkload, capacities: list[int], policies: list, no
     results = []
     for capacity in capacities:
         # OPT runs once per size: it is every cost ratio's denominator.
-        opt_policy = make_policy("opt", workload)
+        opt_policy = make_radix_policy("opt", workload)
         opt = _result(workload, engine, "opt", capacity, None,
                       replay(workload, capacity, opt_policy), opt_policy)
         opt_missed = opt.missed_tokens
@@ -77,7 +77,7 @@ def run_sweep(workload: BlockWorkload, capacities: list[int], policies: list, no
                     pred = make_path_predictor(predictor, workload, noise or 0.0, seed) \
                         if name in PREDICTIVE else None
                     try:
-                        policy = make_policy(name, workload, predictor=pred, seed=seed, **params)
+                        policy = make_radix_policy(name, workload, predictor=pred, seed=seed, **params)
                     except (TypeError, ValueError) as err:
                         raise LcrInputError(f"policy {label!r}: {err}") from None
                     result = _result(workload, engine, label, capacity, noise,

@@ -36,7 +36,7 @@ from lcr.errors import LcrInputError
 from lcr.kv import registry
 from lcr.kv.predictors import make_path_predictor
 from lcr.kv.requests import BlockWorkload
-from lcr.kv.sim import PREDICTIVE, make_policy
+from lcr.kv.sim import PREDICTIVE, make_radix_policy
 from lcr.kv.tree import RadixTree
 from lcr.route.routers import Router
 from lcr.route.service import ServiceModel
@@ -114,7 +114,7 @@ def simulate(requests: Sequence[RoutedRequest], router: Router, *, policy: str =
     workers = []
     for w in range(n):
         pred = make_path_predictor(predictor, workload, 0.0, seed + w) if spec.name in PREDICTIVE else None
-        workers.append(_Worker(RadixTree(cache_tokens, make_policy(spec.name, workload, predictor=pred,
+        workers.append(_Worker(RadixTree(cache_tokens, make_radix_policy(spec.name, workload, predictor=pred,
                                                                      seed=seed + w, **spec.kwargs)),
                                services[w]))
 
