@@ -18,16 +18,16 @@ times that replay unprofiled, then once under cProfile and splits the time into 
 few of its settings changed) side by side on the same cells and reports its time per
 request and the share of the LRU->OPT gap that LARU (its defaults) closes with it.
 
-    python benchmarks/model_cost.py                      # the profile -> results/model_cost.json
-    python benchmarks/model_cost.py --tradeoffs --out benchmarks/results/model_cost_tradeoffs.json
+    python benchmarks/model_cost.py                  # entry "profile" of benchmarks/results/model_cost.json
+    PYTHONPATH=OLD_TREE python benchmarks/model_cost.py --setting profile-OLD   # another version's lcr
+    python benchmarks/model_cost.py --tradeoffs --setting tradeoffs             # --traces, --settings: which
 
-Runs from any checkout (``PYTHONPATH=OTHER_TREE``) to profile another version beside this one.
+Each run writes its own entry (``--setting``) of the results file, leaving the others.
 """
 from __future__ import annotations
 
 import argparse
 import cProfile
-import json
 import pstats
 import sys
 import time
@@ -38,6 +38,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 import learned_gap  # noqa: E402  (the traces, their halves and loader, gap closed)
+from results_file import update_entry  # noqa: E402
 from lcr.predict.replayed import replay_model  # noqa: E402
 from lcr.sim.native import native_replay  # noqa: E402
 from lcr.sim.report import machine_description  # noqa: E402
@@ -55,11 +56,14 @@ PARTS = (("features", "lcr/predict/features.py", ("update_many", "update")),
          ("fit_compile", "lcr/predict/forest.py", ("compile_booster",)),
          ("predictions", "lcr/predict/lightgbm_model.py", ("raw",)))
 #: Settings changed from the default model, each measured against it on the same cells.
-TRADEOFFS = {"default": {}, "retrain_every=10000": {"retrain_every": 10_000},
-             "window=20000": {"window": 20_000}, "one classifier": {"boundary_fractions": (1.0,)},
-             "retrain_every=10000,window=40000": {"retrain_every": 10_000, "window": 40_000},
-             "retrain_every=5000,window=20000": {"retrain_every": 5_000, "window": 20_000},
-             "retrain_every=10000,one classifier": {"retrain_every": 10_000, "boundary_fractions": (1.0,)}}
+TRADEOFFS = {"default": {}, "retrain_every=10000": {"retrain_every": 10_000}, "window=20000": {"window": 20_000},
+             "one classifier": {"boundary_fractions": (1.0,)},
+             "retrain_every=10000;window=40000": {"retrain_every": 10_000, "window": 40_000},
+             "retrain_every=5000;window=20000": {"retrain_every": 5_000, "window": 20_000},
+             "retrain_every=10000;window=20000": {"retrain_every": 10_000, "window": 20_000},
+             "retrain_every=10000;one classifier": {"retrain_every": 10_000, "boundary_fractions": (1.0,)},
+             "retrain_every=5000;window=20000;one classifier": {"retrain_every": 5_000, "window": 20_000,
+                                                                "boundary_fractions": (1.0,)}}
 
 
 def config_for(trace, fraction: float, changes: dict):
@@ -96,7 +100,7 @@ def profile(trace, fraction: float) -> dict:
             "parts_us_per_request": {p: s / n * 1e6 for p, s in parts.items()}}
 
 
-def tradeoffs(traces, fractions) -> list[dict]:
+def tradeoffs(traces, fractions, settings) -> list[dict]:
     """Per cell: each setting's time per request and LARU's gap closed with it."""
     rows = []
     for trace in traces:
@@ -106,8 +110,8 @@ def tradeoffs(traces, fractions) -> list[dict]:
             opt = run_one(trace, PolicySpec("opt"), capacity).misses
             row = {"trace": trace.name, "fraction": fraction, "capacity": capacity, "lru": lru, "opt": opt,
                    "settings": {}}
-            for name, changes in TRADEOFFS.items():
-                _, config = config_for(trace, fraction, changes)
+            for name in settings:
+                _, config = config_for(trace, fraction, TRADEOFFS[name])
                 start = time.perf_counter()
                 model = replay_model(trace, config)
                 seconds = time.perf_counter() - start
@@ -121,10 +125,10 @@ def tradeoffs(traces, fractions) -> list[dict]:
     return rows
 
 
-def summarize_tradeoffs(rows: list[dict]) -> dict:
+def summarize_tradeoffs(rows: list[dict], settings) -> dict:
     return {name: {"mean_us_per_request": float(np.mean([r["settings"][name]["us_per_request"] for r in rows])),
                    "mean_gap_closed": float(np.mean([r["settings"][name]["gap_closed"] for r in rows])),
-                   "cells": len(rows)} for name in TRADEOFFS}
+                   "cells": len(rows)} for name in settings}
 
 
 def main() -> None:
@@ -135,16 +139,23 @@ def main() -> None:
     parser.add_argument("--fraction", type=float, default=0.05, help="cache size, share of the distinct keys")
     parser.add_argument("--tradeoffs", action="store_true", help="measure TRADEOFFS instead of the profile")
     parser.add_argument("--fractions", default="0.01,0.05,0.1", help="--tradeoffs: cache sizes")
+    parser.add_argument("--settings", default=",".join(TRADEOFFS), help="--tradeoffs: names in TRADEOFFS")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "model_cost.json"))
+    parser.add_argument("--setting", help="the results file's entry to write (default: profile or tradeoffs)")
     args = parser.parse_args()
     traces = [learned_gap.load(Path(args.data) / rel, args.max_requests) for rel in args.traces.split(",")]
     learned_gap.warm_up(["lightgbm"])
     import lcr
 
-    result = {"machine": machine_description(), "lcr": str(Path(lcr.__file__).parent), "max_requests": args.max_requests}
+    result = {"command": " ".join(sys.argv), "machine": machine_description(), "lcr": str(Path(lcr.__file__).parent),
+              "max_requests": args.max_requests}
     if args.tradeoffs:
-        rows = tradeoffs(traces, [float(f) for f in args.fractions.split(",")])
-        result.update(rows=rows, summary=summarize_tradeoffs(rows))
+        settings = args.settings.split(",")
+        unknown = [name for name in settings if name not in TRADEOFFS]
+        if unknown:
+            parser.error(f"--settings: unknown {', '.join(unknown)}; valid: {', '.join(TRADEOFFS)}")
+        rows = tradeoffs(traces, [float(f) for f in args.fractions.split(",")], settings)
+        result.update(rows=rows, summary=summarize_tradeoffs(rows, settings))
         for name, s in result["summary"].items():
             print(f"{name:38s} {s['mean_us_per_request']:7.1f} us/req  mean gap closed {s['mean_gap_closed']:+.1%}")
     else:
@@ -153,7 +164,7 @@ def main() -> None:
             print(f"{p['trace'][:28]:28s} {p['us_per_request']:6.1f} us/req ({p['fits']} fits); profiled: " +
                   ", ".join(f"{k} {v:.1f}" for k, v in p["parts_us_per_request"].items()))
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=1))
+    update_entry(args.out, args.setting or ("tradeoffs" if args.tradeoffs else "profile"), result)
 
 
 if __name__ == "__main__":

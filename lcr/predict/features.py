@@ -77,7 +77,9 @@ class _Layout:
 
 
 class FeatureStore:
-    """Feature rows of every key seen so far, in one growable float64 matrix.
+    """Feature rows of every key seen so far, in one growable float64 matrix. The rows are
+    written natively (``lcr._native.update_feature_rows``, csrc/cpu/model_stream.cpp), a
+    batch of accesses in one pass (``update_many``).
 
     Not thread-safe by itself: ``LightGBMPredictor`` guards it with its lock.
     """

@@ -67,7 +67,9 @@ def next_access_labels(keys: np.ndarray, times: np.ndarray,
 
 
 class SampledHistory:
-    """Ring buffer of sampled accesses (key, time, feature row, next-access interval).
+    """Ring buffer of sampled accesses (key, time, feature row, next-access interval),
+    recorded natively (``lcr._native.PendingSamples``, csrc/cpu/model_stream.cpp), a batch
+    of accesses in one pass (``observe_many``).
 
     Not thread-safe by itself: ``LightGBMPredictor`` guards it with its lock.
     """
