@@ -286,7 +286,12 @@ class LightGBMPredictor(Predictor):
     def _chunk_length(self, left: int) -> int:
         """Accesses to record in one step: up to the next access a fit may be due at, and
         at most ``_CHUNK`` (the lock is held per chunk)."""
-        return max(1, min(left, _CHUNK, self.config.retrain_every - self._since_fit))
+        c = self.config
+        if self._since_fit < c.retrain_every:
+            until_due = c.retrain_every - self._since_fit
+        else:  # due once min_samples are held; an access adds at most one sample
+            until_due = c.min_samples - len(self.history)
+        return max(1, min(left, _CHUNK, until_due))
 
     def _record_chunk(self, keys: np.ndarray, times: np.ndarray, static) -> tuple[np.ndarray, bool]:
         """``_record`` over accesses in stamp order, a fit due at most at the last one:
