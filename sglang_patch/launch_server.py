@@ -52,6 +52,10 @@ def _parser() -> argparse.ArgumentParser:
                         f"(default {DEFAULTS['predictor_backoff_s']:g})")
     p.add_argument("--predictor-budget-ms", type=float,
                    help=f"predictor time per eviction pass (default {DEFAULTS['predictor_budget_ms']:g})")
+    p.add_argument("--predictor-noise", type=float,
+                   help="probability in [0, 1] that each prediction is negated (ranks its key the opposite "
+                        f"way; seeded, as lcr sim-kv --noise), for robustness runs "
+                        f"(default {DEFAULTS['predictor_noise']:g})")
     for policy, option in _policy_flags():
         kind, meaning, default = option_parameter(policy, option)
         p.add_argument(_flag(policy, option), type=kind, dest=f"{policy}:{option}", metavar=option.upper(),

@@ -98,3 +98,39 @@ def test_backend_config_json_gets_the_same_checks():
         PolicyConfig.parse("laru", '{"b": 0.5}')
     with pytest.raises(LcrInputError, match="hf option window .* must be an integer, got '4'"):
         PolicyConfig.parse("hf", '{"window": "4"}')
+
+
+# --predictor-noise: the live robustness benchmark's negated predictions (issue 36) -----------
+def test_predictor_noise_reaches_the_backend_config():
+    out = translate(["--cache-policy", "laru", "--predictor", "lightgbm", "--predictor-noise", "0.5"])
+    assert json.loads(out[-1]) == {"predictor": "lightgbm", "predictor_noise": 0.5}
+
+
+@pytest.mark.parametrize("value", ["1.5", "-0.1", "nan", "inf"])
+def test_predictor_noise_outside_0_1_is_refused_in_one_line(value, capsys):
+    assert main(["--cache-policy", "laru", "--predictor-noise", value, "--model-path", "m"]) == 2
+    err = capsys.readouterr().err
+    assert "predictor_noise" in err and "[0, 1]" in err and err.count("\n") == 1, err
+    with pytest.raises(LcrInputError, match=r"laru option predictor_noise .* must be a probability in \[0, 1\]"):
+        PolicyConfig.parse("laru", {"predictor_noise": float(value)})
+
+
+def served_ranking(noise, keys=tuple(range(1, 9)), now=20):
+    """The ranks a served LARU (recent intervals) puts on ``keys`` at ``now``, after every
+    key was accessed at 0 and key k again at k: predicted back at 2k, so the smaller k
+    ranks first."""
+    policy = build_policy(PolicyConfig.parse("laru", {"predictor": "intervals", "predictor_noise": noise}), 10_000)
+    for t in range(now):
+        accessed = [k for k in keys if t in (0, k)]
+        policy.on_access(accessed, t, [10 * k for k in accessed])
+    assert policy.predict(list(keys), now)
+    return [policy.table.rank(k) for k in keys]
+
+
+def test_predictor_noise_one_reverses_the_ranking_the_policy_sees_and_zero_keeps_it():
+    truth = served_ranking(0.0)
+    assert truth == sorted(truth) and len(set(truth)) == len(truth)  # the truth: k orders them
+    assert served_ranking(1.0) == [-r for r in truth]  # every key ranked the opposite way
+    half = served_ranking(0.5)
+    assert half == served_ranking(0.5) and {abs(r) for r in half} == set(truth)  # seeded
+    assert 0 < sum(r < 0 for r in half) < len(half)

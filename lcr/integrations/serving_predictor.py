@@ -6,12 +6,15 @@ call that fails or takes longer than ``timeout_s`` it refuses calls for ``backof
 a refused call raises ``PredictorUnavailable``, which the policy counts as a fallback
 and answers with LRU. So a dead service costs at most one timeout, not one per victim.
 
+``NoisyPredictor`` negates a share of another predictor's answers (``--predictor-noise``,
+the live robustness benchmark), by ``lcr sim-kv --noise``'s rule.
+
 ``ServiceNodePredictor`` speaks ``lcr serve-predictor``'s binary protocol through
 ``lcr.predict.remote.RemotePredictor``: accesses are sent as observations (buffered,
 flushed before each prediction) and a prediction the client could not get raises
 instead of returning NaN, so it is counted as a fallback rather than as a decision.
 
-Neither is thread-safe; each SGLang scheduler process owns its own.
+None is thread-safe; each SGLang scheduler process owns its own.
 """
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ from typing import Sequence
 from urllib.parse import unquote, urlsplit
 
 from lcr.errors import LcrInputError
+from lcr.kv.predictors import NegationNoise
 from lcr.predict.backoff import Backoff
 from lcr.redact import redact_url, split_credentials
 
@@ -71,6 +75,22 @@ class GuardedPredictor:
         self._pass_spent += ended - started
         self._backoff.answered(ended, ended - started)
         return values
+
+
+class NoisyPredictor:
+    """``inner``'s predictions, each negated with probability ``noise`` (``NegationNoise``,
+    seed 0: a rerun negates the same (key, time) pairs). Everything else is ``inner``'s."""
+
+    def __init__(self, inner, noise: float, seed: int = 0):
+        self.inner = inner
+        self.noise = NegationNoise(noise, seed)
+        self.name = getattr(inner, "name", type(inner).__name__)
+
+    def __getattr__(self, name):  # observe, observe_node, on_split, serving
+        return getattr(self.inner, name)
+
+    def predict(self, keys: Sequence[int], now: int):
+        return self.noise.apply(keys, self.inner.predict(keys, now), now)
 
 
 def check_service_url(url: str) -> str:

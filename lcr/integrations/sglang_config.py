@@ -10,15 +10,16 @@ from dataclasses import dataclass, field
 
 import lcr.lpc.sim  # noqa: F401  (registers lpc, which SGLang serves)
 from lcr.errors import LcrInputError
-from lcr.integrations.serving_predictor import GuardedPredictor, ServiceNodePredictor, check_service_url
+from lcr.integrations.serving_predictor import (GuardedPredictor, NoisyPredictor, ServiceNodePredictor,
+                                                check_service_url)
 from lcr.kv import registry
 from lcr.kv.policies import LeafPolicy
-from lcr.kv.predictors import LearnedNodePredictor, RecentIntervalsPredictor
+from lcr.kv.predictors import LearnedNodePredictor, RecentIntervalsPredictor, check_probability
 
 log = logging.getLogger(__name__)
 
 PREDICTOR_OPTIONS = ("predictor", "predictor_url", "predictor_timeout_ms", "predictor_backoff_s",
-                     "predictor_budget_ms")
+                     "predictor_budget_ms", "predictor_noise")
 
 
 def policy_options(policy: str) -> tuple[str, ...]:
@@ -37,7 +38,8 @@ def served(policy: str) -> registry.RadixPolicy:
 
 PREDICTORS = ("lightgbm", "intervals")
 DEFAULT_PREDICTOR = "intervals"  # measured best in serving: docs/kv.md, benchmarks/sglang_serving.py
-DEFAULTS = {"predictor_timeout_ms": 50.0, "predictor_backoff_s": 5.0, "predictor_budget_ms": 100.0}
+DEFAULTS = {"predictor_timeout_ms": 50.0, "predictor_backoff_s": 5.0, "predictor_budget_ms": 100.0,
+            "predictor_noise": 0.0}
 
 # option -> (kind, lower bound, bound is exclusive, what it means)
 _RULES = {
@@ -47,6 +49,7 @@ _RULES = {
     "predictor_timeout_ms": ("number", 0, True, "predictor timeout"),
     "predictor_backoff_s": ("number", 0, False, "time to serve LRU after a slow or failed prediction"),
     "predictor_budget_ms": ("number", 0, True, "predictor time per eviction pass"),
+    "predictor_noise": ("probability", 0, False, "share of predictions negated"),
     "scale": ("number", 0, True, "LPC's decay rate per second"),
     "predict_budget_ms": ("number", 0, True, "LPC prediction time per request before backing off"),
     "predict_backoff_s": ("number", 0, False, "time to give requests the prior after a slow or failed prediction"),
@@ -70,6 +73,8 @@ def option_parameter(policy: str, name: str):
 def _check_value(policy: str, name: str, value):
     """``value`` checked against its rule, integers as ints (JSON may write 4.0)."""
     kind, low, exclusive, meaning = _RULES[name]
+    if kind == "probability":
+        return check_probability(value, f"{policy} option {name} ({meaning})")
     numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
     if kind == "int" and not (numeric and float(value).is_integer()):
         raise LcrInputError(f"{policy} option {name} ({meaning}) must be an integer, got {value!r}")
@@ -152,7 +157,8 @@ def _option(options: dict, name: str) -> float:
 def make_serving_predictor(options: dict, check: bool = True) -> GuardedPredictor:
     """The predictor a serving cache uses, behind the time guard: the service at
     ``predictor_url``, else the in-process ``predictor`` (default ``DEFAULT_PREDICTOR``;
-    LightGBM without lightgbm installed degrades to recent intervals, with a warning)."""
+    LightGBM without lightgbm installed degrades to recent intervals, with a warning);
+    with ``predictor_noise`` > 0 a share of its answers negated (robustness runs)."""
     timeout_s = _option(options, "predictor_timeout_ms") / 1000
     backoff_s = _option(options, "predictor_backoff_s")
     url = options.get("predictor_url")
@@ -166,6 +172,9 @@ def make_serving_predictor(options: dict, check: bool = True) -> GuardedPredicto
             inner = RecentIntervalsPredictor()
     else:
         inner = RecentIntervalsPredictor()
+    noise = _option(options, "predictor_noise")
+    if noise > 0:
+        inner = NoisyPredictor(inner, noise)
     return GuardedPredictor(inner, timeout_s=timeout_s, backoff_s=backoff_s,
                             pass_budget_s=_option(options, "predictor_budget_ms") / 1000)
 

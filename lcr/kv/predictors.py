@@ -2,12 +2,13 @@
 
 A node is named by the path id of its first block; its next use is the next request
 that needs that block. ``PathOracle`` answers exactly that, and with ``noise`` = p
-replaces each answer, with probability p, by its negative: the worst case of paper
-Figure 13. The coin is a hash of (seed, key, now), so every engine, and every call
-order, sees the same predictions.
+replaces each answer, with probability p, by its negative (``NegationNoise``: the worst
+case of paper Figure 13; serving applies the same rule to any predictor,
+``--predictor-noise``).
 """
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 from lcr.errors import LcrInputError
@@ -20,25 +21,43 @@ _MASK = (1 << 64) - 1
 LEARNED_RADIX_PREDICTORS = ("lightgbm", "intervals", "lightgbm-late", "lightgbm-belady")
 
 
+def check_probability(value, what: str) -> float:
+    """``value`` as a float in [0, 1], else a one-line refusal naming ``what``."""
+    numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not (numeric and math.isfinite(value) and 0 <= value <= 1):
+        raise LcrInputError(f"{what} must be a probability in [0, 1], got {value!r}")
+    return float(value)
+
+
+class NegationNoise:
+    """Each prediction, with probability ``p``, replaced by its negative: its key ranked
+    the opposite way (a larger predicted time is evicted first; NaN stays NaN). The
+    coin is a hash of (seed, key, now), so every engine and every call order negates
+    the same predictions."""
+
+    def __init__(self, p: float, seed: int = 0):
+        self.p = check_probability(p, "noise")
+        self.seed = int(seed)
+
+    def flips(self, key: int, now: int) -> bool:
+        draw = SplitMix64((self.seed * 0x9E3779B97F4A7C15 + key * 0xBF58476D1CE4E5B9 + now) & _MASK)
+        return draw.next_u64() < self.p * 2.0 ** 64
+
+    def apply(self, keys: Sequence[int], values, now: int) -> list[float]:
+        if self.p == 0:
+            return list(values)
+        return [-v if self.flips(key, now) else v for key, v in zip(keys, values)]
+
+
 class PathOracle(Predictor):
     def __init__(self, workload: BlockWorkload, noise: float = 0.0, seed: int = 0):
-        if not 0 <= noise <= 1:
-            raise LcrInputError(f"noise must be a probability in [0, 1], got {noise:g}")
+        self.noise = NegationNoise(noise, seed)
         self.workload = workload
-        self.noise = float(noise)
-        self.seed = int(seed)
         self.name = "oracle" if noise == 0 else f"noisy:{noise:g}"
 
     def predict(self, keys: Sequence[int], now: int) -> list[float]:
         next_use = self.workload.next_use
-        values = [next_use(key, now) for key in keys]
-        if self.noise > 0:
-            values = [-v if self._flip(key, now) else v for key, v in zip(keys, values)]
-        return values
-
-    def _flip(self, key: int, now: int) -> bool:
-        draw = SplitMix64((self.seed * 0x9E3779B97F4A7C15 + key * 0xBF58476D1CE4E5B9 + now) & _MASK)
-        return draw.next_u64() < self.noise * 2.0 ** 64
+        return self.noise.apply(keys, [next_use(key, now) for key in keys], now)
 
 
 def parse_radix_predictor(text: str) -> tuple[str, float | None]:
