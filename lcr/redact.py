@@ -38,7 +38,8 @@ def redact_url(url: str) -> str:
     query = "&".join(f"{k}=***" if k.lower() in SECRET_PARAMS else f"{k}={v}"
                      for k, v in parse_qsl(parts.query, keep_blank_values=True))
     slashes = "//" if url.startswith(f"{parts.scheme}://") else ""  # unix:///path has an empty host
-    return (f"{parts.scheme}:{slashes}{netloc}{parts.path}" + (f"?{query}" if query else "")
+    scheme = f"{parts.scheme}:" if parts.scheme else ""  # a bare name ("host") is no URL: as given
+    return (f"{scheme}{slashes}{netloc}{parts.path}" + (f"?{query}" if query else "")
             + (f"#{parts.fragment}" if parts.fragment else ""))
 
 

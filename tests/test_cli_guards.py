@@ -78,6 +78,8 @@ def test_bad_input_is_one_line_and_exit_2(argv, message, tmp_path, capsys):
     ("redis://hunter2@host/0", "redis://:***@host/0"),
     ("unix:///tmp/r.sock?db=1&password=hunter2", "unix:///tmp/r.sock?db=1&password=***"),
     ("redis://host:6379/0", "redis://host:6379/0"),
+    ("host", "host"),  # a bare name (bench sls --store host) is shown as given, not ":host"
+    ("/tmp/x?password=hunter2", "/tmp/x?password=***"),
 ])
 def test_redact_url_hides_every_password_form(url, shown):
     from lcr.redact import redact_url, url_secrets
