@@ -62,6 +62,7 @@ TRADEOFFS = {"default": {}, "retrain_every=10000": {"retrain_every": 10_000}, "w
              "retrain_every=5000;window=20000": {"retrain_every": 5_000, "window": 20_000},
              "retrain_every=10000;window=20000": {"retrain_every": 10_000, "window": 20_000},
              "retrain_every=10000;one classifier": {"retrain_every": 10_000, "boundary_fractions": (1.0,)},
+             "window=20000;one classifier": {"window": 20_000, "boundary_fractions": (1.0,)},
              "retrain_every=5000;window=20000;one classifier": {"retrain_every": 5_000, "window": 20_000,
                                                                 "boundary_fractions": (1.0,)}}
 
