@@ -15,7 +15,8 @@ W-TinyLFU reads the file's next-access times, which skip some SLRU promotions, s
 ratio here is not the parity one; benchmarks/libcachesim_parity.py checks misses).
 
 Prints Mreq/s, ratios to libCacheSim and peak memory; writes
-benchmarks/results/sim_throughput.json with a machine description.
+the entry ``core`` (or ``heuristics``) of benchmarks/results/sim_throughput.json, with a machine
+description.
 Targets: LRU >= 1.0x libCacheSim LRU, OPT >= 1.0x Belady, LARU >= 0.6x libCacheSim LRU,
 peak memory < 1 GB.
 """
@@ -32,6 +33,7 @@ import numpy as np
 
 from lcr.predict.experimental import oracle_predictions
 from lcr.sim.native import native_replay
+from results_file import update_entry
 from lcr.sim.report import machine_description
 from lcr.traces import NEVER, Trace, generate
 
@@ -136,15 +138,14 @@ def main() -> None:
         ratio = f"{r['ratio']:.2f}x {r['vs']} (>= {r['target']})" if "ratio" in r else ""
         print(f"{label:<20} {r['mreq_per_s']:>8.2f} {r['best_s']:>7.3f} {r['miss_ratio']:>10.4f}  {ratio}")
     print(f"peak memory (max RSS): {peak_mb:.0f} MB (target < 1024)")
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({
+    setting = "heuristics" if args.heuristics else "core"
+    update_entry(RESULTS, setting, {
         "benchmark": "trace replay throughput, lcr native cores vs libcachesim",
         "trace": f"zipf:requests={args.requests},keys={args.keys},alpha={args.alpha},seed=0",
         "requests": len(trace), "capacity": capacity, "repeats": args.repeats,
         "libcachesim": lcs.__version__, "peak_rss_mb": peak_mb, "runs": rows,
-        "machine": machine_description(),
-    }, indent=1))
-    print(f"wrote {RESULTS}")
+        "machine": machine_description()})
+    print(f"wrote {RESULTS} ({setting})")
 
 
 if __name__ == "__main__":
