@@ -23,7 +23,6 @@ peak memory < 1 GB.
 from __future__ import annotations
 
 import argparse
-import json
 import resource
 import tempfile
 import time
