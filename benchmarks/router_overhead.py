@@ -35,7 +35,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from lcr.route.stub_worker import StubWorker  # noqa: E402
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from routing_live import free_port, save_setting  # noqa: E402
+from results_file import update_entry  # noqa: E402
+from routing_live import free_port  # noqa: E402
 
 
 def serve_stubs(ports: list[int], first_token_s: float, chunks: int, gap_s: float) -> None:
@@ -175,7 +176,7 @@ def main(argv=None) -> int:
         print(f"| {name} | {spread(p50)} | {spread(p99)} | {added[0]} | {added[1]} |")
         summary[name] = {"p50_ms": p50, "p99_ms": p99, "added_p50_ms": add50, "added_p99_ms": add99}
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    save_setting(args.out, setting(args), {"args": {k: str(v) for k, v in vars(args).items()}, "runs": summary})
+    update_entry(args.out, setting(args), {"args": {k: str(v) for k, v in vars(args).items()}, "runs": summary})
     return 0
 
 

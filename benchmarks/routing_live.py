@@ -49,6 +49,8 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
+from results_file import update_entry  # noqa: E402  (benchmarks/, this script's folder)
+
 ROUTERS = ("lcr:lbgr", "lcr:cache_aware", "lcr:round_robin", "sglang:cache_aware", "sglang:round_robin")
 
 
@@ -58,17 +60,6 @@ def setting(args) -> str:
     return (f"{args.workers}w-{args.clients}c-{args.model}-{args.groups}x{args.prompts}-"
             f"{args.prefix_words}+{args.suffix_words}w-pool{args.pool_tokens}-out{args.max_new_tokens}"
             + ("-keepalive" if args.keep_alive else "") + ("" if args.pin_workers else "-unpinned"))
-
-
-def save_setting(path: str | os.PathLike, key: str, entry: dict) -> None:
-    """Write ``entry`` under ``key`` in the JSON results file at ``path`` (one file per
-    benchmark, keyed by setting): a re-run of a setting overwrites its own entry only."""
-    from lcr.atomic import write_output
-
-    path = Path(path)
-    results = json.loads(path.read_text()) if path.exists() else {}
-    results[key] = entry
-    write_output(path, json.dumps(dict(sorted(results.items())), indent=1), "the results")
 
 
 def free_port() -> int:
@@ -374,7 +365,7 @@ def main() -> int:
                   f"{[m['decisions'] for m in moves]}; by term {[m['moved_by'] for m in moves]}; "
                   f"unseen prefixes placed per worker {[m.get('placed') for m in moves]}")
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    save_setting(args.out, setting(args), {"args": vars(args), "service_flags": service_flags, "rows": rows,
+    update_entry(args.out, setting(args), {"args": vars(args), "service_flags": service_flags, "rows": rows,
                                            "summary": summary})
     print(f"wrote {args.out}, setting {setting(args)}")
     return 0

@@ -1012,7 +1012,8 @@ def test_live_benchmarks_keep_one_entry_per_setting_and_a_rerun_overwrites_its_o
     import argparse
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    from routing_live import save_setting, setting
+    from results_file import update_entry
+    from routing_live import setting
 
     def args(**changes):
         base = dict(workers=2, clients=4, model="tiny", groups=8, prompts=6, prefix_words=300, suffix_words=100,
@@ -1024,9 +1025,9 @@ def test_live_benchmarks_keep_one_entry_per_setting_and_a_rerun_overwrites_its_o
     keys = {setting(args()), setting(args(clients=16)), setting(args(keep_alive=True)), setting(args(pin_workers=False))}
     assert len(keys) == 4
     out = tmp_path / "live.json"
-    save_setting(out, setting(args()), {"run": 1})
-    save_setting(out, setting(args(clients=16)), {"run": 2})
-    save_setting(out, setting(args()), {"run": 3})
+    update_entry(out, setting(args()), {"run": 1})
+    update_entry(out, setting(args(clients=16)), {"run": 2})
+    update_entry(out, setting(args()), {"run": 3})
     assert json.loads(out.read_text()) == {setting(args()): {"run": 3}, setting(args(clients=16)): {"run": 2}}
     results = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
     assert not list(results.glob("routing_live_*")) and not list(results.glob("router_overhead_*"))
