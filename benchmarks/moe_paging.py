@@ -22,6 +22,7 @@ from lcr.sim.moe import shape_params
 from lcr.traces import Trace, generate
 
 RESULTS = Path(__file__).resolve().parent / "results"
+PLOTS = Path(__file__).resolve().parents[1] / "docs" / "img"
 
 
 def misses(trace: Trace, name: str, k: int, predictor: str = "oracle", noise: float = 0.0,
@@ -154,7 +155,8 @@ def plot_all(results: dict) -> list[Path]:
 
 
 def _save(fig, name: str) -> Path:
-    path = RESULTS / name
+    path = PLOTS / name  # benchmarks/results holds one data file per benchmark; plots live with the docs
+    path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     return path
