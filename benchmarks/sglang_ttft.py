@@ -59,6 +59,8 @@ DATA = REPO.parent / "shared" / "data"
 RESULTS = REPO / "benchmarks" / "results"
 VOCAB = 1000  # the tiny/small models'
 
+# SGLang 0.5.23 serves these besides lru (its RADIX_EVICTION_POLICY_CHOICES; a test keeps
+# them equal); `lcr sim-kv --engine sglang` replays them and fifo on SGLang's own tree.
 SGLANG_BUILTINS = ("lfu", "slru", "tlru", "priority")
 POLICIES = ("lru", *SGLANG_BUILTINS, "laru", "laru-service", "lpc")
 # Token ids per workload token, so a run's prefill fits a CPU: Online-QA and Aibrix prompts
@@ -394,7 +396,14 @@ def run_cells(args, cells: list[Cell], results: Results) -> None:
                     eta = (time.perf_counter() - started) / done * (len(todo) - done)
                     print(f"[{done}/{len(todo)}, {eta / 60:.0f} min left] {cell.key}: TTFT p99 "
                           f"{run['ttft_p99_ms']:.0f} ms, cached {run['cached_ratio']:.3f}, "
-                          f"{run['req_per_s']:.1f} req/s, failed {run['failed']}", flush=True)
+                          f"{run['req_per_s']:.1f} req/s, failed {run['failed']}"
+                          + _fallbacks(run["lcr"]), flush=True)
+
+
+def _fallbacks(counters: dict) -> str:
+    """The server's LRU fallbacks (a dead or slow predictor), when it has any."""
+    n = int(counters.get("predictor_fallbacks", 0))
+    return f", predictor fallbacks {n} (served by LRU meanwhile)" if n else ""
 
 
 class _Closing:

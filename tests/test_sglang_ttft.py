@@ -143,3 +143,10 @@ def test_bad_flags_are_one_line_naming_the_flag_exit_2(argv, flag, capsys):
     assert err.value.code == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and flag in lines[0], lines
+
+
+def test_the_live_builtins_are_the_ones_sglang_serves():
+    """The live runs pass SGLang's built-ins as --radix-eviction-policy: each must be one
+    SGLang's server accepts (fifo runs in replay only, on SGLang's tree)."""
+    choices = pytest.importorskip("sglang.srt.arg_groups.choices").RADIX_EVICTION_POLICY_CHOICES
+    assert set(bench.SGLANG_BUILTINS) == set(choices) - {"lru"}
