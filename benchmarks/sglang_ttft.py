@@ -16,7 +16,7 @@ Plans (``--plans``):
   closed-loop concurrency 10 and 20, every policy of ``--policies``;
 - ``confirm``: Aibrix-like (``aibrix``), the shared Mooncake conversation trace (its own
   order and prefix chains) and ShareGPT multi-turn chats, pool 5%, concurrency 10, then
-  open-loop Poisson arrivals at ``--open-loads`` x LRU's measured closed-loop rate;
+  open-loop Poisson arrivals at ``--open-loads`` (0.8) x LRU's measured closed-loop rate;
   ``lru``, ``laru`` and ``--builtin``;
 - ``robust``: Online-QA 5%, concurrency 10, LARU with predictions negated with probability
   0.5 and 1 (the paper's robustness figure, live), and ``laru-service!kill``: the predictor
@@ -27,6 +27,12 @@ Policies: ``lru`` (stock SGLang, its Rust tree core), SGLang's own ``lfu``, ``sl
 ``tlru`` and ``priority`` (``--radix-eviction-policy``), ``laru`` (lcr's radix LARU, the
 learned predictor in-process), ``laru-service`` (the same through a running ``lcr
 serve-predictor``) and ``lpc`` (chat only).
+
+Sizes: 1,000 requests a run (Online-QA ~1,040, 120 token ids a prompt at its scale). On this
+2-core machine, quiet, stock LRU serves that at ~30 req/s at concurrency 10 (p99 TTFT ~550
+ms; LARU with the learned predictor 26.5 req/s, with ``intervals`` 28.9: a 300-request
+calibration, 2026-11-28), so a run takes ~40 s and the ~180 runs of the three plans about
+two hours.
 
 Every run is one cell (workload, pool, load, policy, repeat); repeats are interleaved
 (every policy of a repeat before the next repeat, the order reversed every other one), so
@@ -455,7 +461,7 @@ def parse_args(argv=None):
     p.add_argument("--token-scale", type=float, default=1.0,
                    help="multiplies every workload's scale (SCALES: token ids per workload token)")
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--open-loads", default="0.7,0.9", help="open-loop rates as shares of LRU's c10 rate")
+    p.add_argument("--open-loads", default="0.8", help="open-loop rates as shares of LRU's c10 rate")
     p.add_argument("--model", default="small", choices=("tiny", "small"))
     p.add_argument("--out", type=Path, default=RESULTS / "sglang_ttft_small.json")
     p.add_argument("--fresh", action="store_true", help="start --out over instead of resuming it")
