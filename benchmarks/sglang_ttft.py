@@ -37,8 +37,8 @@ two hours.
 Every run is one cell (workload, pool, load, policy, repeat); repeats are interleaved
 (every policy of a repeat before the next repeat, the order reversed every other one), so
 load drifting on a shared host falls on all policies alike. Each finished run is written
-to ``--out`` at once (atomically); a re-run skips the runs already there (``--fresh``
-starts over). TTFT is timed by the client from the moment it sends a request to its first
+at once (atomically) to its workload's file, ``--out-dir``/sglang_ttft_<workload>_<model>.json;
+a re-run skips the runs already there (``--fresh`` starts over). TTFT is timed by the client from the moment it sends a request to its first
 streamed chunk; cached tokens come from SGLang's /metrics.
 """
 from __future__ import annotations
@@ -252,13 +252,13 @@ def server_args(policy: str, predictor_url: str | None) -> tuple[str, tuple[str,
 
 # -- running ----------------------------------------------------------------------------------
 class Results:
-    """``--out``: every finished run, written after each one (atomic replace)."""
+    """One results file: every finished run, written after each one (atomic replace)."""
 
     def __init__(self, path: Path, meta: dict, fresh: bool):
         self.path = path
         old = json.loads(path.read_text()) if path.exists() and not fresh else {}
         if old and old.get("meta") != meta:
-            refuse(f"{path}: made with other settings ({old.get('meta')}); pass --fresh or another --out")
+            refuse(f"{path}: made with other settings ({old.get('meta')}); pass --fresh or another --out-dir")
         self.doc = {"meta": meta, "runs": old.get("runs", {})}
 
     def __contains__(self, cell: Cell) -> bool:
@@ -272,6 +272,30 @@ class Results:
 
     def runs(self) -> dict:
         return self.doc["runs"]
+
+
+class ResultFiles:
+    """One results file per workload and model (``sglang_ttft_<workload>_<model>.json`` in
+    ``--out-dir``), each a ``Results``."""
+
+    def __init__(self, folder: Path, model: str, meta: dict, fresh: bool):
+        self.folder, self.model, self.meta, self.fresh = folder, model, meta, fresh
+        self.files: dict[str, Results] = {}
+
+    def of(self, workload: str) -> Results:
+        if workload not in self.files:
+            path = self.folder / f"sglang_ttft_{workload}_{self.model}.json"
+            self.files[workload] = Results(path, self.meta, self.fresh)
+        return self.files[workload]
+
+    def __contains__(self, cell: Cell) -> bool:
+        return cell in self.of(cell.workload)
+
+    def add(self, cell: Cell, run: dict) -> None:
+        self.of(cell.workload).add(cell, run)
+
+    def runs(self) -> dict:
+        return {k: v for results in self.files.values() for k, v in results.runs().items()}
 
 
 def measure(server, prompts, cell: Cell, lru_rate: float | None, seed: int, fault=None) -> dict:
@@ -357,12 +381,12 @@ def _wait_http(url: str, proc, timeout: float = 120) -> None:
     raise SystemExit(f"{url}: not up after {timeout:.0f} s")
 
 
-def run_cells(args, cells: list[Cell], results: Results) -> None:
+def run_cells(args, cells: list[Cell], results: ResultFiles) -> None:
     from sglang_e2e_model import build_tiny_llama
     from sglang_server import Server
 
     todo = [c for c in cells if c not in results]
-    print(f"# {len(cells) - len(todo)} of {len(cells)} runs already in {args.out}; {len(todo)} to go", flush=True)
+    print(f"# {len(cells) - len(todo)} of {len(cells)} runs already in {args.out_dir}; {len(todo)} to go", flush=True)
     groups: dict[tuple, list[Cell]] = {}
     for cell in todo:
         groups.setdefault((cell.workload, cell.pool), []).append(cell)
@@ -449,7 +473,7 @@ def refuse(message: str):
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.error = refuse  # one line, not argparse's usage block
     p.add_argument("--plans", default=",".join(PLANS), help=f"comma-separated: {', '.join(PLANS)}")
@@ -463,8 +487,9 @@ def parse_args(argv=None):
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--open-loads", default="0.8", help="open-loop rates as shares of LRU's c10 rate")
     p.add_argument("--model", default="small", choices=("tiny", "small"))
-    p.add_argument("--out", type=Path, default=RESULTS / "sglang_ttft_small.json")
-    p.add_argument("--fresh", action="store_true", help="start --out over instead of resuming it")
+    p.add_argument("--out-dir", type=Path, default=RESULTS,
+                   help="where sglang_ttft_<workload>_<model>.json go (one file per workload and model)")
+    p.add_argument("--fresh", action="store_true", help="start the files over instead of resuming them")
     p.add_argument("--dry-run", action="store_true", help="list the runs and the workloads' sizes; start nothing")
     args = p.parse_args(argv)
     args.plans = _names("--plans", args.plans, PLANS)
@@ -504,7 +529,9 @@ def main(argv=None) -> int:
                   f"{distinct_tokens(prompts)} distinct, longest {max(map(len, prompts))}")
         print("\n".join(c.key for c in cells))
         return 0
-    results = Results(args.out, meta, args.fresh)
+    results = ResultFiles(args.out_dir, args.model, meta, args.fresh)
+    for cell in cells:
+        results.of(cell.workload)  # every file's settings checked before anything starts
     run_cells(args, cells, results)
     print(table(results.runs()))
     return 0

@@ -136,7 +136,8 @@ def test_a_rerun_skips_finished_runs_and_refuses_other_settings(tmp_path, capsys
     (["--plans", "grid,nope"], "--plans"), (["--policies", "lru,mru"], "--policies"),
     (["--builtin", "laru"], "--builtin"), (["--requests", "0"], "--requests"),
     (["--token-scale", "0"], "--token-scale"), (["--open-loads", "0.5,x"], "--open-loads"),
-    (["--open-loads", "-1"], "--open-loads"), (["--repeats", "x"], "--repeats")])
+    (["--open-loads", "-1"], "--open-loads"), (["--repeats", "x"], "--repeats"),
+    (["--out", "x"], "--out")])  # no abbreviations: --out is not --out-dir
 def test_bad_flags_are_one_line_naming_the_flag_exit_2(argv, flag, capsys):
     with pytest.raises(SystemExit) as err:
         bench.parse_args(argv)
@@ -150,3 +151,15 @@ def test_the_live_builtins_are_the_ones_sglang_serves():
     SGLang's server accepts (fifo runs in replay only, on SGLang's tree)."""
     choices = pytest.importorskip("sglang.srt.arg_groups.choices").RADIX_EVICTION_POLICY_CHOICES
     assert set(bench.SGLANG_BUILTINS) == set(choices) - {"lru"}
+
+
+def test_each_workload_and_model_has_its_own_results_file(tmp_path):
+    files = bench.ResultFiles(tmp_path, "small", {"model": "small"}, fresh=False)
+    a = bench.Cell("grid", "online_qa", 0.05, "c10", "lru", 0)
+    b = bench.Cell("confirm", "chat", 0.05, "c10", "lru", 0)
+    files.add(a, {"x": 1})
+    files.add(b, {"x": 2})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sglang_ttft_chat_small.json",
+                                                          "sglang_ttft_online_qa_small.json"]
+    again = bench.ResultFiles(tmp_path, "small", {"model": "small"}, fresh=False)
+    assert a in again and b in again and again.runs() == {a.key: {"x": 1}, b.key: {"x": 2}}
