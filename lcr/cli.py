@@ -22,8 +22,14 @@ def _command_modules():
 
 
 class _OneLineParser(argparse.ArgumentParser):
-    """Bad flags are one line naming the problem (not argparse's usage block), exit 2;
-    subcommands inherit it (add_subparsers makes parsers of the parent's class)."""
+    """Bad flags are one line naming the problem (not argparse's usage block), exit 2, and
+    a flag is only its full name (an abbreviation could silently mean another flag once
+    one is added); subcommands inherit it (add_subparsers makes parsers of the parent's
+    class)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")

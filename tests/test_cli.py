@@ -62,6 +62,7 @@ def test_python_dash_m_and_console_script_agree():
     (["sim"], "lcr sim: error: the following arguments are required: trace"),
     (["sim-route", "gsp", "--seed", "x"], "lcr sim-route: error: argument --seed: invalid int value"),
     (["nope"], "lcr: error: argument command: invalid choice: 'nope'"),
+    (["sim", "loop:requests=100,keys=10", "--polic", "lru"], "unrecognized arguments: --polic"),
 ])
 def test_argparse_refusals_are_one_line_too(args, message):
     """Flags argparse itself refuses (unknown, missing, mistyped) get the same one line as
