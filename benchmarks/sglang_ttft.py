@@ -90,19 +90,34 @@ def workload_prompts(workload, scale: float) -> list[list[int]]:
             for request in workload.requests]
 
 
-def distinct_tokens(prompts: list[list[int]]) -> int:
-    """Tokens of the distinct prefixes (a trie's size) over all prompts."""
+def new_tokens(prompts: list[list[int]]) -> list[int]:
+    """Per prompt, the tokens no earlier prompt shares with it (beyond the longest common
+    prefix with any of them): what it adds to a cache that forgot nothing."""
     root: dict = {}
-    count = 0
+    added = []
     for ids in prompts:
-        node = root
+        node, count = root, 0
         for t in ids:
             nxt = node.get(t)
             if nxt is None:
                 nxt = node[t] = {}
                 count += 1
             node = nxt
-    return count
+        added.append(count)
+    return added
+
+
+def distinct_tokens(prompts: list[list[int]]) -> int:
+    """Tokens of the distinct prefixes (a trie's size) over all prompts."""
+    return sum(new_tokens(prompts))
+
+
+def tlru_config(prompts: list[list[int]]) -> dict:
+    """SGLang's T-LRU needs its two token counts (it refuses threshold <= estimate): the
+    next prompt's estimate is the mean tokens a prompt adds, and the threshold (what a
+    prefill may take within the TTFT target) twice that."""
+    estimate = max(1, round(sum(new_tokens(prompts)) / len(prompts)))
+    return {"threshold": 2 * estimate, "next_prompt_estimate": estimate}
 
 
 def load_workload(name: str, requests: int):
@@ -233,10 +248,12 @@ def plan_cells(plans, policies, builtin: str, repeats: int, open_loads) -> list[
     return cells
 
 
-def server_args(policy: str, predictor_url: str | None) -> tuple[str, tuple[str, ...]]:
-    """(lcr --cache-policy, extra launch flags) of a policy name."""
+def server_args(policy: str, predictor_url: str | None, tlru: dict | None = None) -> tuple[str, tuple[str, ...]]:
+    """(lcr --cache-policy, extra launch flags) of a policy name; ``tlru``: T-LRU's config."""
     if policy == "lru":
         return "lru", ()
+    if policy == "tlru":
+        return "lru", ("--radix-eviction-policy", "tlru", "--radix-eviction-policy-config", json.dumps(tlru or {}))
     if policy in SGLANG_BUILTINS:
         return "lru", ("--radix-eviction-policy", policy)
     if policy == "laru":
@@ -405,7 +422,7 @@ def run_cells(args, cells: list[Cell], results: ResultFiles) -> None:
                 url = service.url if service else None
                 servers = {}
                 for name in names:
-                    policy, extra = server_args(name, url)
+                    policy, extra = server_args(name, url, tlru_config(prompts))
                     servers[name] = stack.enter_context(contextlib.closing(_Closing(Server(
                         model, policy, Path(tmp) / f"{name}.log", pool_tokens,
                         (*extra, "--enable-metrics", "--sleep-on-idle")))))

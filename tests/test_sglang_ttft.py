@@ -106,6 +106,17 @@ def test_robustness_runs_negate_predictions_and_kill_the_service():
     assert bench.server_args("laru~0.5", None) == ("laru", ("--predictor", "lightgbm", "--predictor-noise", "0.5"))
     assert bench.server_args("laru-service!kill", "http://x") == ("laru", ("--predictor-url", "http://x"))
     assert bench.server_args("slru", None) == ("lru", ("--radix-eviction-policy", "slru"))
+    name, flags = bench.server_args("tlru", None, {"threshold": 8, "next_prompt_estimate": 4})
+    assert name == "lru" and flags[:2] == ("--radix-eviction-policy", "tlru")
+    assert json.loads(flags[3]) == {"threshold": 8, "next_prompt_estimate": 4}
+
+
+def test_tlru_gets_token_counts_sglang_accepts():
+    """SGLang refuses T-LRU unless threshold > next_prompt_estimate: the estimate is the
+    mean tokens a prompt adds to a cache that forgot nothing, the threshold twice that."""
+    prompts = [[1, 2, 3, 4], [1, 2, 3, 4, 5, 6], [1, 2, 9], [7]]
+    assert bench.new_tokens(prompts) == [4, 2, 1, 1]
+    assert bench.tlru_config(prompts) == {"threshold": 4, "next_prompt_estimate": 2}
 
 
 def test_equal_prefixes_become_equal_token_ids():
