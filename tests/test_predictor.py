@@ -12,7 +12,7 @@ import pytest
 from lcr.errors import LcrInputError
 from lcr.policies import LARU, LRU, PredictionTable, PolicyStats
 from lcr.policies.laru import PAPER_RULE
-from lcr.predict import make_predictor, parse_predictor, parse_predictor_name
+from lcr.predict import PredictorSpec, make_predictor
 from lcr.predict.async_predictor import AsyncConfig, AsyncPredictor
 from lcr.predict.base import Predictor
 from lcr.predict.features import FeatureConfig, FeatureStore
@@ -238,18 +238,21 @@ def test_async_min_interval_spaces_tasks():
 
 
 def test_registry_names_and_modes():
-    assert [parse_predictor_name(n) for n in ("lightgbm", "lightgbm-weak:sync", "oracle")] == \
-        [("lightgbm", None), ("lightgbm-weak", "sync"), ("oracle", None)]
-    assert parse_predictor_name("lightgbm:async") == ("lightgbm", "async")
-    assert parse_predictor("lightgbm:retrain_every=2500; window=80000") == \
+    def parsed(name):
+        spec = PredictorSpec.parse(name)
+        return spec.kind, spec.mode, dict(spec.options)
+
+    assert [parsed(n)[:2] for n in ("lightgbm", "lightgbm-weak:sync", "oracle", "lightgbm:async")] == \
+        [("lightgbm", None), ("lightgbm-weak", "sync"), ("oracle", None), ("lightgbm", "async")]
+    assert parsed("lightgbm:retrain_every=2500; window=80000") == \
         ("lightgbm", None, {"retrain_every": 2500, "window": 80000})
-    assert parse_predictor("lightgbm-weak:sync;window=9") == ("lightgbm-weak", "sync", {"window": 9})
+    assert parsed("lightgbm-weak:sync;window=9") == ("lightgbm-weak", "sync", {"window": 9})
     for bad, why in [("lightgbm:later", "unexpected 'later'"), ("lightgbm:window=0", "window must be a positive"),
                      ("lightgbm:window=x", "window must be a positive"), ("oracle:window=5", "unexpected 'window=5'"),
                      ("lightgbm:async;sync", "unexpected 'sync'"), ("lightgbm:window=5;window=6", "unexpected"),
                      ("lightgbm:trees=5", "unexpected 'trees=5'"), ("lightgbmx", "unknown predictor")]:
         with pytest.raises(LcrInputError, match=why):
-            parse_predictor(bad)
+            PredictorSpec.parse(bad)
     from lcr.traces import generate
 
     trace = generate("zipf:requests=1000,keys=100,alpha=1.0,seed=0")

@@ -42,7 +42,7 @@ def model_factory(predictor: str, lookups, rows: int, noise: float, seed: int):
     return lambda: TracePredictor(values, rows)
 
 
-def parse_predictor(text: str) -> tuple[str, float]:
+def parse_sls_predictor(text: str) -> tuple[str, float]:
     """``oracle``, ``noisy:P`` (oracle with a fraction P inverted), ``lightgbm`` (the paper's
     four-feature DLRM model, trained online, queried asynchronously) or ``lightgbm-weak``."""
     if text == "oracle":
@@ -201,7 +201,7 @@ def check_args(args: argparse.Namespace) -> tuple[list[str], list[float], list[i
 
 def run(args: argparse.Namespace) -> int:
     policies, ratios, sizes = check_args(args)
-    predictors = [(text, *parse_predictor(text)) for text in _list(args.predictor, str, "--predictor")]
+    predictors = [(text, *parse_sls_predictor(text)) for text in _list(args.predictor, str, "--predictor")]
     if args.device == "cuda":
         from lcr.cuda import gpu_available
         if not gpu_available():

@@ -97,18 +97,6 @@ class PredictorSpec:
         return not self.learned or self.mode == "async"
 
 
-def parse_predictor(name: str) -> tuple[str, str | None, dict[str, int]]:
-    """``PredictorSpec.parse(name)`` as ``(kind, mode, options)``, for callers that unpack."""
-    spec = PredictorSpec.parse(name)
-    return spec.kind, spec.mode, dict(spec.options)
-
-
-def parse_predictor_name(name: str) -> tuple[str, str | None]:
-    """``PredictorSpec.parse(name)`` as ``(kind, mode)``."""
-    spec = PredictorSpec.parse(name)
-    return spec.kind, spec.mode
-
-
 def make_predictions(predictor: "str | PredictorSpec", trace: Trace, noise: float = 0.0, seed: int = 0,
                      capacity: int | None = None) -> np.ndarray:
     """The prediction made at every request of ``trace``; see ``PredictorSpec.has_array``.
@@ -179,4 +167,4 @@ def make_learned_predictor(predictor: "str | PredictorSpec", trace: Trace, seed:
 
 __all__ = ["Predictor", "ArrayPredictor", "PredictorSpec", "PREDICTOR_HELP", "EXPERIMENT_PREDICTORS",
            "LEARNED_PREDICTORS", "LEARNED_OPTIONS", "LIGHTGBM_SCHEDULE", "make_predictor", "make_predictions", "learned_config",
-           "parse_predictor", "parse_predictor_name", "oracle_predictions", "true_next_times"]
+           "oracle_predictions", "true_next_times"]
