@@ -50,7 +50,7 @@ from lcr.predict.features import FeatureConfig
 from lcr.predict.lightgbm_model import LightGBMConfig
 from lcr.predict.replayed import replay_model
 from lcr.sim.native import native_replay
-from lcr.sim.predictions import _code_digest, default_directory, trace_digest
+from lcr.sim.predictions import predictor_code_digest, default_directory, trace_digest
 from lcr.sim.report import machine_description
 from lcr.sim.sweep import PolicySpec, run_one
 from lcr.traces import Trace, generate, load_trace
@@ -165,7 +165,7 @@ def model_pass(trace: Trace, config: LightGBMConfig) -> tuple[np.ndarray, float]
     LARU rules re-run on the same predictions in seconds. The time is the one measured
     when the pass ran (``replay_model`` does all of the model's work, feature updates,
     sampling, fits and predictions, in this thread, on one core)."""
-    digest = hashlib.sha256(f"{trace_digest(trace)} {config!r} {_code_digest()}".encode()).hexdigest()[:32]
+    digest = hashlib.sha256(f"{trace_digest(trace)} {config!r} {predictor_code_digest()}".encode()).hexdigest()[:32]
     array, meta = PASSES / f"{digest}.npy", PASSES / f"{digest}.json"
     if array.exists() and meta.exists():
         return np.load(array), json.loads(meta.read_text())["seconds_per_request"]

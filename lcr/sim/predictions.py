@@ -79,7 +79,7 @@ def static_digest(trace: Trace, fields: tuple[str, ...]) -> str:
     return hashlib.sha256(static_columns(trace, fields).tobytes()).hexdigest()
 
 
-def _code_digest() -> str:
+def predictor_code_digest() -> str:
     digest = hashlib.sha256()
     for path in sorted(Path(predict.__file__).parent.glob("*.py")):
         digest.update(path.name.encode() + path.read_bytes())
@@ -178,7 +178,7 @@ class PredictionCache:
         content = trace_digest(trace) + static_digest(trace, config.features.static_fields)
         key = (spec, content, noise, seed, capacity if sized else None)
         if self._code is None:
-            self._code = _code_digest()
+            self._code = predictor_code_digest()
         settings = {"predictor": str(spec), "trace": key[1], "noise": noise, "seed": seed,
                     "capacity": key[4], "config": repr(config), "code": self._code}
         return key, hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:32], settings
