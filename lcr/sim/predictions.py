@@ -80,6 +80,7 @@ def static_digest(trace: Trace, fields: tuple[str, ...]) -> str:
 
 
 def predictor_code_digest() -> str:
+    """SHA-256 of the lcr.predict sources: a changed model never reads old answers."""
     digest = hashlib.sha256()
     for path in sorted(Path(predict.__file__).parent.glob("*.py")):
         digest.update(path.name.encode() + path.read_bytes())
