@@ -45,8 +45,9 @@ class Nodes(CacheView):
 
 def filled(n, values, capacity_tokens=10**6, **options):
     """A LARU over leaves 0..n-1 accessed in that order (0 oldest). No engine sends
-    requests here, so there is no LRU twin: every phase is trusted."""
-    policy = RadixLARU(Table(values), **options)
+    requests here, so there is no LRU twin: every phase is trusted. b is 2 unless given,
+    so that the shrinks read as halvings."""
+    policy = RadixLARU(Table(values), **{"b": 2.0, **options})
     Nodes(policy, capacity_tokens)
     for key in range(n):
         policy.on_access([key], key, [10])
@@ -243,8 +244,42 @@ def test_the_shadow_serves_on_the_twin_the_engine_hands_in():
     assert engine.twin.served == [((3, 4), 0), ((3,), 1)] and policy.shadow.hits == 14
 
 
+class FixedTwin:
+    """An LRU twin whose hit tokens per request are set by the test."""
+
+    def __init__(self):
+        self.hit = 0
+
+    def serve(self, request, now):
+        return self.hit
+
+
+def test_a_request_that_hits_more_than_the_twin_widens_the_window_by_b_up_to_one():
+    policy = filled(64, {}, b=2.0)
+    twin = FixedTwin()
+    policy.shadow = type("Shadow", (), {"request": lambda self, p, t, n: twin.hit, "hits": 0})()
+    for i, key in enumerate([1, 2]):
+        induce(policy, key, 100 + 2 * i)
+    assert policy.lam == 0.25
+    twin.hit = 10
+    policy.on_request([3], [10], 200)
+    policy.on_access([3], 200, [10])  # 10 hit tokens, the twin 10: no credit
+    assert policy.lam == 0.25
+    twin.hit = 0
+    for now in (201, 202, 203):  # 10 hit tokens, the twin none: x b each, capped at 1
+        policy.on_request([3], [10], now)
+        policy.on_access([3], now, [10])
+    assert policy.lam == 1.0 and policy.stats.extra["credited_requests"] == 3
+    policy = filled(64, {}, b=2.0, credit=0)
+    policy.shadow = type("Shadow", (), {"request": lambda self, p, t, n: 0, "hits": 0})()
+    induce(policy, 1, 100)
+    policy.on_request([3], [10], 200)
+    policy.on_access([3], 200, [10])
+    assert policy.lam == 0.5 and policy.stats.extra["credited_requests"] == 0
+
+
 @pytest.mark.parametrize("options, message", [
-    ({"b": 1.0}, "b > 1"), ({"slack": -0.1}, "slack >= 0"),
+    ({"b": 1.0}, "b > 1"), ({"credit": 2}, "credit must be 0 or 1"), ({"slack": -0.1}, "slack >= 0"),
     ({"confidence": "earned"}, "confidence must be one of shadow, balance"),
     ({"shrink_every": 2}, "shrink_every"), ({"k": 8}, "'k'")])
 def test_bad_options_are_refused_with_one_line_naming_them(options, message):

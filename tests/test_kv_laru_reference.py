@@ -52,7 +52,8 @@ def assert_same_victims(w, capacity, noise, seed=3, **options):
     first = next((i for i, (a, b) in enumerate(zip(fast[1], reference[1])) if a != b), None)
     assert first is None, f"victim {first}: fast {fast[1][first]}, reference {reference[1][first]}"
     assert len(fast[1]) == len(reference[1]) and fast[0] == reference[0]
-    for counter in ("phases", "prediction_induced_misses", "prediction_evictions", "lru_evictions"):
+    for counter in ("phases", "prediction_induced_misses", "credited_requests", "prediction_evictions",
+                    "lru_evictions"):
         assert fast[3][counter] == reference[3][counter], counter
     return fast
 
@@ -91,7 +92,7 @@ def test_inverted_predictions_make_untrusted_phases_and_shrink_lambda():
 @settings(max_examples=30, deadline=None)
 @given(generator=st.sampled_from(GENERATORS), seed=st.integers(0, 3),
        share=st.sampled_from([0.02, 0.04, 0.08]), noise=st.sampled_from([0.0, 0.3, 0.7, 1.0]),
-       b=st.sampled_from([2.0, 3.0]), slack=st.sampled_from([0.0, 0.01, 0.05]))
-def test_fuzzed_workloads_sizes_and_options_give_the_same_victims(generator, seed, share, noise, b, slack):
+       b=st.sampled_from([1.05, 2.0, 3.0]), slack=st.sampled_from([0.0, 0.01, 0.05]), credit=st.sampled_from([0, 1]))
+def test_fuzzed_workloads_sizes_and_options_give_the_same_victims(generator, seed, share, noise, b, slack, credit):
     w = workload(generator, seed)
-    assert_same_victims(w, max(1, int(share * w.distinct_tokens)), noise, seed=seed, b=b, slack=slack)
+    assert_same_victims(w, max(1, int(share * w.distinct_tokens)), noise, seed=seed, b=b, slack=slack, credit=credit)

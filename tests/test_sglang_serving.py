@@ -296,7 +296,7 @@ def test_startup_log_names_the_serving_predictor(caplog):
     from lcr.integrations.sglang_sim import MockAllocator
 
     for config, name in (({"predictor": "intervals"}, "intervals"), ({"predictor": "lightgbm"}, "lightgbm"),
-                         ({}, "intervals")):
+                         ({"predictor": "residual"}, "residual"), ({}, "residual")):
         params = CacheInitParams(disable=False, req_to_token_pool=None,
                                  token_to_kv_pool_allocator=MockAllocator(4096), page_size=1,
                                  tree_components=(ComponentType.FULL,), eviction_policy_config=config)

@@ -15,6 +15,7 @@ from lcr.integrations.serving_predictor import (GuardedPredictor, NoisyPredictor
 from lcr.kv import registry
 from lcr.kv.policies import LeafPolicy
 from lcr.kv.predictors import LearnedNodePredictor, RecentIntervalsPredictor, check_probability
+from lcr.kv.residual import ResidualLifePredictor
 
 log = logging.getLogger(__name__)
 
@@ -36,8 +37,8 @@ def served(policy: str) -> registry.RadixPolicy:
     return registry.policy(policy)
 
 
-PREDICTORS = ("lightgbm", "intervals")
-DEFAULT_PREDICTOR = "intervals"  # measured best in serving: docs/kv.md, benchmarks/sglang_serving.py
+PREDICTORS = ("residual", "lightgbm", "intervals")
+DEFAULT_PREDICTOR = "residual"  # measured best in replay and serving: docs/kv.md
 DEFAULTS = {"predictor_timeout_ms": 50.0, "predictor_backoff_s": 5.0, "predictor_budget_ms": 100.0,
             "predictor_noise": 0.0}
 
@@ -170,6 +171,8 @@ def make_serving_predictor(options: dict, check: bool = True) -> GuardedPredicto
         except LcrInputError as err:  # lightgbm not installed: serve with the simple estimate
             log.warning("LARU predictor: %s; using recent intervals instead", err)
             inner = RecentIntervalsPredictor()
+    elif options.get("predictor", DEFAULT_PREDICTOR) == "residual":
+        inner = ResidualLifePredictor()
     else:
         inner = RecentIntervalsPredictor()
     noise = _option(options, "predictor_noise")

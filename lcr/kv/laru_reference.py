@@ -32,6 +32,8 @@ The rules, as this class applies them:
    split's lower part counts as requested by the request that split it), the miss was
    induced by the prediction: the record ends, lambda /= b, and the rest of this
    eviction round evicts the oldest leaf.
+6. Credit (``credit=1``). A request with more hit tokens here than in the LRU twin
+   multiplies lambda by b, up to 1.
 """
 from __future__ import annotations
 
@@ -46,9 +48,10 @@ class ReferenceRadixLARU(LeafPolicy):
     uses_predictions = True
     wants_requests = True
 
-    def __init__(self, predictor, b: float = 2.0, slack: float = 0.01):
+    def __init__(self, predictor, b: float = 1.05, slack: float = 0.01, credit: int = 1):
         super().__init__()
-        self.predictor, self.b, self.slack = predictor, float(b), float(slack)
+        self.predictor, self.b, self.slack, self.credit = predictor, float(b), float(slack), bool(credit)
+        self.twin_hit = 0                       # rule 6: the twin's hit tokens for this request
         self.last: dict[int, int] = {}          # rule 1: key -> last access
         self.requested: dict[int, int] = {}     # rule 5: key -> last request
         self.split_by_this_request: list[int] = []
@@ -64,19 +67,23 @@ class ReferenceRadixLARU(LeafPolicy):
         self.lru_until_phase_ends = False
         self.lru_until_round_ends = False
         self.lam, self.l = 1.0, 1
-        self.stats.extra.update(phases=0, prediction_induced_misses=0)
+        self.stats.extra.update(phases=0, prediction_induced_misses=0, credited_requests=0)
 
     # What the engine reports ----------------------------------------------------------
     def on_request(self, paths, tokens, now):
         if self.twin is None:
             self.twin = self.view.lru_twin()
-        self.twin_hits += self.twin.serve(BlockRequest(tuple(paths), tuple(tokens)), now)
+        self.twin_hit = self.twin.serve(BlockRequest(tuple(paths), tuple(tokens)), now)
+        self.twin_hits += self.twin_hit
 
     def on_access(self, keys, now, depths=None):
         if now != self.reported_at:  # a request's first report is its cached path
             self.reported_at = now
-            if keys and depths:
-                self.hits += depths[-1]
+            hit = depths[-1] if keys and depths and keys[-1] in self.last else 0
+            self.hits += hit
+            if self.credit and self.twin is not None and hit > self.twin_hit:                              # rule 6
+                self.lam = min(1.0, self.lam * self.b)
+                self.stats.extra["credited_requests"] += 1
         for key in keys:
             self.last[key] = now
             self.requested[key] = now

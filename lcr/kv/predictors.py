@@ -18,7 +18,7 @@ from lcr.policies.rng import SplitMix64
 from lcr.predict.base import Predictor
 
 _MASK = (1 << 64) - 1
-LEARNED_RADIX_PREDICTORS = ("lightgbm", "intervals", "lightgbm-late", "lightgbm-belady")
+LEARNED_RADIX_PREDICTORS = ("residual", "lightgbm", "intervals", "lightgbm-late", "lightgbm-belady")
 
 
 def check_probability(value, what: str) -> float:
@@ -83,6 +83,9 @@ def make_path_predictor(kind: str, workload: BlockWorkload, noise: float, seed: 
     if kind == "oracle":
         return PathOracle(workload, noise, seed)
     # Fits run inline in the simulator so that a replay is reproducible.
+    if kind == "residual":
+        from lcr.kv.residual import ResidualLifePredictor
+        return ResidualLifePredictor()
     if kind == "intervals":
         return RecentIntervalsPredictor()
     if kind == "lightgbm-late":
