@@ -24,8 +24,8 @@ Plans (``--plans``):
   server falls back to LRU, and its lcr counters show it).
 
 Policies: ``lru`` (stock SGLang, its Rust tree core), SGLang's own ``lfu``, ``slru``,
-``tlru`` and ``priority`` (``--radix-eviction-policy``), ``laru`` (lcr's radix LARU, the
-learned predictor in-process), ``laru-service`` (the same through a running ``lcr
+``tlru`` and ``priority`` (``--radix-eviction-policy``), ``laru`` (lcr's radix LARU with
+its serving default, the residual-life predictor learned in process), ``laru-service`` (the same through a running ``lcr
 serve-predictor``) and ``lpc`` (chat only).
 
 Sizes: 1,000 requests a run (Online-QA ~1,040, 120 token ids a prompt at its scale). On this
@@ -120,14 +120,32 @@ def tlru_config(prompts: list[list[int]]) -> dict:
     return {"threshold": 2 * estimate, "next_prompt_estimate": estimate}
 
 
+def online_qa_spec(requests: int) -> str:
+    """The paper's Online-QA compressed in time to ``requests``: its parameters
+    (``lcr.traces.generators.online_qa``, 2,000 conversations, ~3.6 turns each), with
+    fewer conversations and the gap between a conversation's turns (266 requests, sd
+    77.5) scaled by the same factor (conversations / 2,000), so the pool, a share of the distinct tokens,
+    holds the same share of the conversations in flight as in the paper. (Fewer
+    conversations at the full gap leave LRU, and every policy, almost no hits: a turn
+    returns after a quarter of the run.)"""
+    import inspect
+
+    from lcr.traces.generators import online_qa
+
+    defaults = {k: p.default for k, p in inspect.signature(online_qa).parameters.items()}
+    conversations = max(1, round(requests / defaults["turns_mean"]))
+    factor = conversations / defaults["conversations"]
+    return (f"online_qa:conversations={conversations},gap_mean={defaults['gap_mean'] * factor:.4g},"
+            f"gap_sd={defaults['gap_sd'] * factor:.4g}")
+
+
 def load_workload(name: str, requests: int):
     """A ``BlockWorkload`` by name: online_qa, aibrix, mooncake or chat."""
     from lcr.kv.requests import build_workload
     from lcr.traces import load_trace
 
     if name == "online_qa":
-        # the paper's parameters (lcr.traces.generators.online_qa); ~3.6 turns a conversation
-        return build_workload(load_trace(f"online_qa:conversations={max(1, round(requests / 3.63))}"))
+        return build_workload(load_trace(online_qa_spec(requests)))
     if name == "aibrix":
         return build_workload(load_trace(f"aibrix:sessions={max(1, requests // 5)}"))
     if name == "mooncake":
@@ -257,11 +275,11 @@ def server_args(policy: str, predictor_url: str | None, tlru: dict | None = None
     if policy in SGLANG_BUILTINS:
         return "lru", ("--radix-eviction-policy", policy)
     if policy == "laru":
-        return "laru", ("--predictor", "lightgbm")
+        return "laru", ()  # the serving default: the residual-life predictor, in process
     if policy.startswith("laru-service"):
         return "laru", ("--predictor-url", predictor_url or "")
     if policy.startswith("laru~"):
-        return "laru", ("--predictor", "lightgbm", "--predictor-noise", policy[len("laru~"):])
+        return "laru", ("--predictor-noise", policy[len("laru~"):])
     if policy == "lpc":
         return "lpc", ()
     raise SystemExit(f"unknown policy {policy!r}; valid: {', '.join(POLICIES)}")

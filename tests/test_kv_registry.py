@@ -129,7 +129,7 @@ def test_sim_kv_refuses_an_unknown_option_in_one_line(argv, message, capsys):
 
 
 def test_an_unknown_sglang_option_is_refused():
-    with pytest.raises(LcrInputError, match="laru options: unknown k; valid: b, confidence, predictor"):
+    with pytest.raises(LcrInputError, match="laru options: unknown k; valid: b, confidence, credit, predictor"):
         sglang_config.PolicyConfig.parse("laru", {"k": 4})
     with pytest.raises(LcrInputError, match="unknown cache policy 'laru-reference'; valid: lru, laru, fpb, hf, rlt, lpc"):
         sglang_config.PolicyConfig.parse("laru-reference", {})  # not served

@@ -89,6 +89,17 @@ def test_a_report_repeated_in_one_request_counts_once_and_splits_keep_the_histor
     assert pred._open[1, 20 >> STAMP_SHIFT] == 2
 
 
+def test_a_young_model_is_rebuilt_as_its_first_intervals_arrive():
+    # The first eviction comes before any interval (everything NaN, LRU's order); the
+    # tables must not wait ``refresh`` observations to learn from the first returns.
+    pred = ResidualLifePredictor()  # refresh 256
+    returns(pred, 1, [0])
+    returns(pred, 2, [5])
+    assert math.isnan(pred.predict([2], 6)[0])
+    returns(pred, 1, [10])
+    assert pred.predict([2], 11)[0] == pytest.approx(11 + 4)
+
+
 def test_the_bins_halve_so_the_model_follows_a_changing_workload():
     pred = ResidualLifePredictor(refresh=1, halve_every=4)
     for key in range(4):

@@ -70,6 +70,8 @@ def test_options_build_the_policy():
     (["--laru-b", "0.5"], "laru option b (LARU's lambda divisor) must be > 1, got 0.5"),
     (["--laru-b", "1"], "must be > 1, got 1"),
     (["--laru-b", "x"], "argument --laru-b: invalid float value: 'x'"),
+    (["--laru-credit", "2"], "laru option credit (LARU's window grows back on requests that beat LRU) must be 0 or 1"),
+    (["--laru-credit", "yes"], "argument --laru-credit: invalid int value: 'yes'"),
     (["--predictor-timeout-ms", "-5"], "predictor_timeout_ms (predictor timeout) must be > 0, got -5"),
     (["--predictor-timeout-ms", "nan"], "must be a finite number"),
     (["--predictor-backoff-s", "-1"], "predictor_backoff_s"),
@@ -96,6 +98,8 @@ def test_other_policies_options_are_checked_at_launch(policy, flags, message, ca
 def test_backend_config_json_gets_the_same_checks():
     with pytest.raises(LcrInputError, match="laru option b .* must be > 1"):
         PolicyConfig.parse("laru", '{"b": 0.5}')
+    with pytest.raises(LcrInputError, match="laru option credit .* must be 0 or 1, got 2"):
+        PolicyConfig.parse("laru", '{"credit": 2}')
     with pytest.raises(LcrInputError, match="hf option window .* must be an integer, got '4'"):
         PolicyConfig.parse("hf", '{"window": "4"}')
 

@@ -103,7 +103,7 @@ def test_confirming_runs_measure_lru_closed_loop_before_the_open_loop_runs():
 def test_robustness_runs_negate_predictions_and_kill_the_service():
     cells = bench.plan_cells(["robust"], ["lru"], "slru", 1, [0.8])
     assert [c.policy for c in cells] == ["lru", "laru~0.5", "laru~1", "laru-service!kill"]
-    assert bench.server_args("laru~0.5", None) == ("laru", ("--predictor", "lightgbm", "--predictor-noise", "0.5"))
+    assert bench.server_args("laru~0.5", None) == ("laru", ("--predictor-noise", "0.5"))
     assert bench.server_args("laru-service!kill", "http://x") == ("laru", ("--predictor-url", "http://x"))
     assert bench.server_args("slru", None) == ("lru", ("--radix-eviction-policy", "slru"))
     name, flags = bench.server_args("tlru", None, {"threshold": 8, "next_prompt_estimate": 4})

@@ -45,6 +45,7 @@ DEFAULTS = {"predictor_timeout_ms": 50.0, "predictor_backoff_s": 5.0, "predictor
 # option -> (kind, lower bound, bound is exclusive, what it means)
 _RULES = {
     "b": ("number", 1, True, "LARU's lambda divisor"),
+    "credit": ("flag", 0, False, "LARU's window grows back on requests that beat LRU"),
     "window": ("int", 1, False, "HF's candidate window"),
     "seed": ("int", 0, False, "RLT's seed"),
     "predictor_timeout_ms": ("number", 0, True, "predictor timeout"),
@@ -63,7 +64,7 @@ def option_parameter(policy: str, name: str):
     param = registry.declared_parameters(served(policy).serving.declares)[name]
     default = None if param.default is param.empty else param.default
     kind, *_, meaning = _RULES.get(name, (None, None, None, name.replace("_", " ")))
-    kind = {"int": int, "number": float}.get(kind)
+    kind = {"int": int, "flag": int, "number": float}.get(kind)
     if kind is None:  # the default's type, else the annotation's first type (``float | None``)
         annotation = str(param.annotation).split("|")[0].strip()
         kind = type(default) if isinstance(default, (int, float)) and not isinstance(default, bool) else \
@@ -76,6 +77,10 @@ def _check_value(policy: str, name: str, value):
     kind, low, exclusive, meaning = _RULES[name]
     if kind == "probability":
         return check_probability(value, f"{policy} option {name} ({meaning})")
+    if kind == "flag":
+        if value not in (0, 1) or isinstance(value, float) and not value.is_integer():
+            raise LcrInputError(f"{policy} option {name} ({meaning}) must be 0 or 1, got {value!r}")
+        return int(value)
     numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
     if kind == "int" and not (numeric and float(value).is_integer()):
         raise LcrInputError(f"{policy} option {name} ({meaning}) must be an integer, got {value!r}")

@@ -20,8 +20,8 @@ memoryless r(a) is flat and p(a) falls with age, so the order is LRU's.
 
 Intervals are counted in log-spaced bins (4 per octave); the bins halve every
 ``halve_every`` intervals so the model follows a changing workload. The tables behind
-r and p are rebuilt every ``refresh`` observations (numpy, O(bins + time buckets)); a
-prediction is then O(1) per key. A split's lower part keeps the node's history.
+r and p are rebuilt every ``refresh`` observations and whenever the intervals seen have
+doubled (numpy, O(bins + time buckets)); a prediction is then O(1) per key. A split's lower part keeps the node's history.
 Not thread-safe: one engine thread drives it (as every radix predictor).
 """
 from __future__ import annotations
@@ -56,6 +56,7 @@ class ResidualLifePredictor(Predictor):
         self.nodes: dict[int, tuple[int, int]] = {}  # key -> (last request, class); oldest first
         self._open = np.zeros((CLASSES, 64))         # open nodes per class and stamp bucket
         self._since = refresh
+        self._built_with = 0                         # intervals recorded at the last rebuild
         self._tables = None
 
     # Observations -----------------------------------------------------------------------
@@ -111,10 +112,11 @@ class ResidualLifePredictor(Predictor):
         # open nodes stamped before each bucket, per class
         opened = np.concatenate([np.zeros((CLASSES, 1)), np.cumsum(self._open, axis=1)], axis=1)
         self._tables = (above(self.events), above(self.event_sums), opened)
-        self._since = 0
+        self._since, self._built_with = 0, self._recorded
 
     def predict(self, keys: Sequence[int], now: int) -> list[float]:
-        if self._tables is None or self._since >= self.refresh:
+        # also whenever the intervals seen have doubled: a young model sharpens fast
+        if self._tables is None or self._since >= self.refresh or self._recorded > 2 * self._built_with:
             self._rebuild(now)
         count_above, sum_above, opened = self._tables
         out = []
