@@ -89,7 +89,7 @@ def _emit(name: str, requests: list[tuple[float, list[int], int, int]]) -> Trace
 
 
 def online_qa(conversations: int = 2_000, turns_mean: float = 3.63, prompt_mean: float = 3_455,
-              gap_mean: float = 266, gap_sd: float = 77.5, reply_mean: float = 300,
+              gap_mean: float = 266.0, gap_sd: float = 77.5, reply_mean: float = 300,
               question_mean: float = 200, seed: int = 0) -> Trace:
     """The paper's Online-QA workload: multi-turn conversations whose prompts grow by the
     previous turn (question + reply). Turns per conversation are 1 + Poisson(turns_mean - 1);
