@@ -256,7 +256,7 @@ def plan_cells(plans, policies, builtin: str, repeats: int, open_loads) -> list[
             groups.append(("confirm", workload, 0.05, ["c10", *(f"o{x:g}" for x in open_loads)], chosen))
     if "robust" in plans:
         groups.append(("robust", "online_qa", 0.05, ["c10"],
-                       ["lru", *(f"laru~{p:g}" for p in NOISES), "laru-service!kill"]))
+                       ["lru", *(f"laru~{p:g}" for p in NOISES), "laru-service", "laru-service!kill"]))
     cells = []
     for plan, workload, pool, loads, names in groups:
         for repeat in range(repeats):
@@ -494,18 +494,29 @@ class _Closing:
 
 
 # -- report -----------------------------------------------------------------------------------
-def table(runs: dict) -> str:
-    """One row per (plan, workload, pool, load, policy): medians over repeats [min, max],
-    P99 TTFT as a ratio to LRU's within each repeat."""
+def by_cell(runs: dict) -> dict[tuple, list[dict]]:
+    """Runs grouped by (plan, workload, pool, load, policy), each with its repeat."""
     rows: dict[tuple, list[dict]] = {}
     for key, run in runs.items():
         plan, workload, pool, load, policy, repeat = key.split("|")
         rows.setdefault((plan, workload, pool, load, policy), []).append({**run, "repeat": int(repeat)})
+    return rows
+
+
+def p99_ratios(rows: dict, cell: tuple) -> list[float]:
+    """P99 TTFT over LRU's in the same repeat, one per repeat that has both."""
+    lru = {r["repeat"]: r["ttft_p99_ms"] for r in rows.get((*cell[:4], "lru"), [])}
+    return [r["ttft_p99_ms"] / lru[r["repeat"]] for r in rows[cell] if r["repeat"] in lru]
+
+
+def table(runs: dict) -> str:
+    """One row per (plan, workload, pool, load, policy): medians over repeats [min, max],
+    P99 TTFT as a ratio to LRU's within each repeat."""
+    rows = by_cell(runs)
     lines = ["| plan | workload | pool | load | policy | TTFT p50 ms | p95 | p99 | p99 / LRU [min, max] | "
              "cached | req/s | failed |", "|" + "---|" * 12]
     for (plan, workload, pool, load, policy), cell in sorted(rows.items()):
-        lru = {r["repeat"]: r["ttft_p99_ms"] for r in rows.get((plan, workload, pool, load, "lru"), [])}
-        ratio = [r["ttft_p99_ms"] / lru[r["repeat"]] for r in cell if r["repeat"] in lru]
+        ratio = p99_ratios(rows, (plan, workload, pool, load, policy))
         med = {m: statistics.median(r[m] for r in cell) for m in ("ttft_p50_ms", "ttft_p95_ms", "ttft_p99_ms",
                                                                "cached_ratio", "req_per_s")}
         spread = (f"{statistics.median(ratio):.3f} [{min(ratio):.3f}, {max(ratio):.3f}]" if ratio else "-")
@@ -513,6 +524,38 @@ def table(runs: dict) -> str:
                      f"{med['ttft_p95_ms']:.0f} | {med['ttft_p99_ms']:.0f} | {spread} | "
                      f"{med['cached_ratio']:.3f} | {med['req_per_s']:.1f} | {sum(r['failed'] for r in cell)} |")
     return "\n".join(lines)
+
+
+def plot(runs: dict, path: Path) -> None:
+    """P99 TTFT over LRU's (median of the repeats, whiskers min and max) per policy in
+    every (plan, workload, pool, load) cell."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = by_cell(runs)
+    cells = sorted({key[:4] for key in rows}, key=lambda c: (PLANS.index(c[0]), c[1], float(c[2]), c[3]))
+    policies = [p for p in dict.fromkeys(key[4] for key in sorted(rows)) if p != "lru"]
+    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(cells)), 3.6))
+    width = 0.8 / max(1, len(policies))
+    for i, policy in enumerate(policies):
+        xs, mids, lows, highs = [], [], [], []
+        for x, cell in enumerate(cells):
+            ratios = p99_ratios(rows, (*cell, policy)) if (*cell, policy) in rows else []
+            if ratios:
+                mid = statistics.median(ratios)
+                xs.append(x + (i - (len(policies) - 1) / 2) * width)
+                mids.append(mid)
+                lows.append(mid - min(ratios))
+                highs.append(max(ratios) - mid)
+        ax.bar(xs, mids, width, yerr=[lows, highs], label=policy, capsize=2)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xticks(range(len(cells)), [f"{w}\n{float(p):.1%} {ld}" for _, w, p, ld in cells], fontsize=7)
+    ax.set_ylabel("P99 TTFT / LRU's")
+    ax.legend(fontsize=7, ncol=len(policies))
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
 
 
 def refuse(message: str):
@@ -526,7 +569,7 @@ def parse_args(argv=None):
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.error = refuse  # one line, not argparse's usage block
     p.add_argument("--plans", default=",".join(PLANS), help=f"comma-separated: {', '.join(PLANS)}")
-    p.add_argument("--policies", default="lru,lfu,slru,tlru,laru,laru-service",
+    p.add_argument("--policies", default="lru,lfu,slru,tlru,laru",
                    help=f"the grid's policies (of {', '.join(POLICIES)})")
     p.add_argument("--builtin", default="slru", help="the SGLang built-in of the confirming runs "
                    "(the best one in replay, `lcr sim-kv --engine sglang`)")
@@ -540,6 +583,8 @@ def parse_args(argv=None):
                    help="where sglang_ttft_<workload>_<model>.json go (one file per workload and model)")
     p.add_argument("--fresh", action="store_true", help="start the files over instead of resuming them")
     p.add_argument("--dry-run", action="store_true", help="list the runs and the workloads' sizes; start nothing")
+    p.add_argument("--report", action="store_true", help="print the table of the runs already made; start nothing")
+    p.add_argument("--plot", type=Path, help="also draw P99 TTFT over LRU's per cell into this PNG")
     args = p.parse_args(argv)
     args.plans = _names("--plans", args.plans, PLANS)
     args.policies = _names("--policies", args.policies, POLICIES)
@@ -580,11 +625,14 @@ def main(argv=None) -> int:
                               for share in sorted({c.pool for c in cells if c.workload == workload})))
         print("\n".join(c.key for c in cells))
         return 0
-    results = ResultFiles(args.out_dir, args.model, meta, args.fresh)
+    results = ResultFiles(args.out_dir, args.model, meta, args.fresh and not args.report)
     for cell in cells:
         results.of(cell.workload)  # every file's settings checked before anything starts
-    run_cells(args, cells, results)
+    if not args.report:
+        run_cells(args, cells, results)
     print(table(results.runs()))
+    if args.plot:
+        plot(results.runs(), args.plot)
     return 0
 
 

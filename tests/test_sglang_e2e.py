@@ -26,7 +26,7 @@ if not sglang_serves():
 
 POOL_TOKENS = 1024
 # benchmarks/sglang_serving.py and SGLang's tree with this workload (mock allocator):
-# LRU 0.005, LARU (recent intervals) 0.14; the test asks for a third of that margin.
+# LRU 0.005, LARU (its default residual predictor) 0.14; the test asks for a third of that margin.
 MARGIN = 0.05
 
 
