@@ -12,8 +12,9 @@ a share of the workload's distinct (scaled) prompt tokens.
 
 Plans (``--plans``):
 
-- ``grid``: Online-QA (``online_qa`` with the paper's parameters), pools 2.5/5/8%,
-  closed-loop concurrency 10 and 20, every policy of ``--policies``;
+- ``grid``: Online-QA (``online_qa`` with the paper's parameters; a run serves its first
+  ``--requests``, the pool a share of the whole trace's distinct tokens: ``run_prompts``),
+  pools 2.5/5/8%, closed-loop concurrency 10 and 20, every policy of ``--policies``;
 - ``confirm``: Aibrix-like (``aibrix``), the shared Mooncake conversation trace (its own
   order and prefix chains) and ShareGPT multi-turn chats, pool 5%, concurrency 10, then
   open-loop Poisson arrivals at ``--open-loads`` (0.8) x LRU's measured closed-loop rate;
@@ -120,23 +121,15 @@ def tlru_config(prompts: list[list[int]]) -> dict:
     return {"threshold": 2 * estimate, "next_prompt_estimate": estimate}
 
 
-def online_qa_spec(requests: int) -> str:
-    """The paper's Online-QA compressed in time to ``requests``: its parameters
-    (``lcr.traces.generators.online_qa``, 2,000 conversations, ~3.6 turns each), with
-    fewer conversations and the gap between a conversation's turns (266 requests, sd
-    77.5) scaled by the same factor (conversations / 2,000), so the pool, a share of the distinct tokens,
-    holds the same share of the conversations in flight as in the paper. (Fewer
-    conversations at the full gap leave LRU, and every policy, almost no hits: a turn
-    returns after a quarter of the run.)"""
-    import inspect
-
-    from lcr.traces.generators import online_qa
-
-    defaults = {k: p.default for k, p in inspect.signature(online_qa).parameters.items()}
-    conversations = max(1, round(requests / defaults["turns_mean"]))
-    factor = conversations / defaults["conversations"]
-    return (f"online_qa:conversations={conversations},gap_mean={defaults['gap_mean'] * factor:.4g},"
-            f"gap_sd={defaults['gap_sd'] * factor:.4g}")
+def run_prompts(name: str, requests: int, scale: float) -> tuple[list[list[int]], list[list[int]]]:
+    """(the prompts a run serves, the prompts its pool is sized on). Online-QA runs the
+    first ``requests`` of the paper's trace (2,000 conversations, 7,186 requests) with the
+    pool a share of the whole trace's distinct tokens, as the paper sizes it: a run is a
+    window of the deployment's traffic, and the pool keeps the paper's ratio to the
+    running requests (c20: ~2,240 of a 7,176-token pool at 2.5%) and to the gap between a
+    conversation's turns (~266 requests). The other workloads are sized on what they serve."""
+    prompts = workload_prompts(load_workload(name, requests), scale)
+    return (prompts[:requests], prompts) if name == "online_qa" else (prompts, prompts)
 
 
 def load_workload(name: str, requests: int):
@@ -144,8 +137,8 @@ def load_workload(name: str, requests: int):
     from lcr.kv.requests import build_workload
     from lcr.traces import load_trace
 
-    if name == "online_qa":
-        return build_workload(load_trace(online_qa_spec(requests)))
+    if name == "online_qa":  # the paper's whole trace: the pool is sized on it (``run_prompts``)
+        return build_workload(load_trace("online_qa"))
     if name == "aibrix":
         return build_workload(load_trace(f"aibrix:sessions={max(1, requests // 5)}"))
     if name == "mooncake":
@@ -416,18 +409,11 @@ def _wait_http(url: str, proc, timeout: float = 120) -> None:
     raise SystemExit(f"{url}: not up after {timeout:.0f} s")
 
 
-RUNNING = 20  # room for this many running requests' prompts beside the cache (the grid's c20)
-
-
 def pool_size(share: float, prompts: list[list[int]]) -> int:
-    """KV pool tokens: ``share`` of the distinct prompt tokens for the cache, plus room
-    for ``RUNNING`` running prompts of mean length. A run of ~1,000 requests has ~7x fewer
-    distinct tokens than the paper's 7,268, so a pool of the share alone would be filled
-    by the running requests (10 x ~112 tokens against 1,036 at 2.5%) and cache nothing;
-    the paper's GPUs keep a 2.5-8% cache of ~9M tokens beside 10-20 running 3,455-token
-    prompts."""
-    mean = sum(map(len, prompts)) / len(prompts)
-    return max(int(share * distinct_tokens(prompts)), 2 * max(map(len, prompts))) + math.ceil(RUNNING * mean)
+    """KV pool tokens: ``share`` of the distinct prompt tokens, at least two of the longest
+    prompt (so a request always fits). The pool also holds the running requests' tokens,
+    as on a GPU; a request holds them only while it runs (its queue wait holds none)."""
+    return max(int(share * distinct_tokens(prompts)), 2 * max(map(len, prompts)) + 64)
 
 
 def run_cells(args, cells: list[Cell], results: ResultFiles) -> None:
@@ -443,8 +429,8 @@ def run_cells(args, cells: list[Cell], results: ResultFiles) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         model = build_tiny_llama(Path(tmp) / "model", size=args.model)
         for (workload, pool), group in groups.items():
-            prompts = workload_prompts(load_workload(workload, args.requests), SCALES[workload] * args.token_scale)
-            pool_tokens = pool_size(pool, prompts)
+            prompts, sizing = run_prompts(workload, args.requests, SCALES[workload] * args.token_scale)
+            pool_tokens = pool_size(pool, sizing)
             names = list(dict.fromkeys(c.policy for c in group))
             with contextlib.ExitStack() as stack:
                 service = (stack.enter_context(contextlib.closing(PredictorService(Path(tmp))))
@@ -618,10 +604,10 @@ def main(argv=None) -> int:
     meta = {"model": args.model, "requests": args.requests, "token_scale": args.token_scale}
     if args.dry_run:
         for workload in dict.fromkeys(c.workload for c in cells):
-            prompts = workload_prompts(load_workload(workload, args.requests), SCALES[workload] * args.token_scale)
+            prompts, sizing = run_prompts(workload, args.requests, SCALES[workload] * args.token_scale)
             print(f"# {workload}: {len(prompts)} requests, {sum(map(len, prompts))} prompt tokens, "
                   f"{distinct_tokens(prompts)} distinct, longest {max(map(len, prompts))}; pools "
-                  + ", ".join(f"{share:g}: {pool_size(share, prompts)}"
+                  + ", ".join(f"{share:g}: {pool_size(share, sizing)}"
                               for share in sorted({c.pool for c in cells if c.workload == workload})))
         print("\n".join(c.key for c in cells))
         return 0

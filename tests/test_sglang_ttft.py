@@ -102,7 +102,7 @@ def test_confirming_runs_measure_lru_closed_loop_before_the_open_loop_runs():
 
 def test_robustness_runs_negate_predictions_and_kill_the_service():
     cells = bench.plan_cells(["robust"], ["lru"], "slru", 1, [0.8])
-    assert [c.policy for c in cells] == ["lru", "laru~0.5", "laru~1", "laru-service!kill"]
+    assert [c.policy for c in cells] == ["lru", "laru~0.5", "laru~1", "laru-service", "laru-service!kill"]
     assert bench.server_args("laru~0.5", None) == ("laru", ("--predictor-noise", "0.5"))
     assert bench.server_args("laru-service!kill", "http://x") == ("laru", ("--predictor-url", "http://x"))
     assert bench.server_args("slru", None) == ("lru", ("--radix-eviction-policy", "slru"))
@@ -117,6 +117,14 @@ def test_tlru_gets_token_counts_sglang_accepts():
     prompts = [[1, 2, 3, 4], [1, 2, 3, 4, 5, 6], [1, 2, 9], [7]]
     assert bench.new_tokens(prompts) == [4, 2, 1, 1]
     assert bench.tlru_config(prompts) == {"threshold": 4, "next_prompt_estimate": 2}
+
+
+def test_online_qa_runs_a_window_of_the_papers_trace_with_the_pool_sized_on_all_of_it():
+    served, sizing = bench.run_prompts("online_qa", 1000, 1 / 32)
+    assert len(served) == 1000 and served == sizing[:1000] and 7000 < len(sizing) < 7400
+    assert bench.pool_size(0.025, sizing) > 5 * bench.pool_size(0.025, served)
+    served, sizing = bench.run_prompts("aibrix", 500, 1 / 32)
+    assert served is sizing
 
 
 def test_equal_prefixes_become_equal_token_ids():
