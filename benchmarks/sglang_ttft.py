@@ -29,11 +29,10 @@ Policies: ``lru`` (stock SGLang, its Rust tree core), SGLang's own ``lfu``, ``sl
 its serving default, the residual-life predictor learned in process), ``laru-service`` (the same through a running ``lcr
 serve-predictor``) and ``lpc`` (chat only).
 
-Sizes: 1,000 requests a run (Online-QA ~1,040, 120 token ids a prompt at its scale). On this
-2-core machine, quiet, stock LRU serves that at ~30 req/s at concurrency 10 (p99 TTFT ~550
-ms; LARU with the learned predictor 26.5 req/s, with ``intervals`` 28.9: a 300-request
-calibration, 2026-11-28), so a run takes ~40 s and the ~180 runs of the three plans about
-two hours.
+Sizes: 1,000 requests a run (Online-QA: ~97 token ids a prompt at its scale). On this
+2-core machine every policy serves that at 31-51 req/s (the grid, 2026-11-28), so a run
+takes ~40 s: the grid and robustness plans (105 runs) about 80 minutes, with the
+confirming plan (60 runs) about two hours.
 
 Every run is one cell (workload, pool, load, policy, repeat); repeats are interleaved
 (every policy of a repeat before the next repeat, the order reversed every other one), so
@@ -236,7 +235,11 @@ class Cell:
         return f"{self.plan}|{self.workload}|{self.pool:g}|{self.load}|{self.policy}|{self.repeat}"
 
 
-def plan_cells(plans, policies, builtin: str, repeats: int, open_loads) -> list[Cell]:
+CONFIRM_WORKLOADS = ("aibrix", "mooncake", "chat")
+
+
+def plan_cells(plans, policies, builtin: str, repeats: int, open_loads,
+               confirm_workloads=CONFIRM_WORKLOADS) -> list[Cell]:
     """Every run, in the order they are made: per (plan, workload, pool), repeats outermost,
     policies alternating direction."""
     groups = []
@@ -244,7 +247,7 @@ def plan_cells(plans, policies, builtin: str, repeats: int, open_loads) -> list[
         groups += [("grid", "online_qa", pool, [f"c{c}" for c in (10, 20)], policies)
                    for pool in (0.025, 0.05, 0.08)]
     if "confirm" in plans:
-        for workload in ("aibrix", "mooncake", "chat"):
+        for workload in confirm_workloads:
             chosen = ["lru", "laru", builtin] + (["lpc"] if workload == "chat" and "lpc" in policies else [])
             groups.append(("confirm", workload, 0.05, ["c10", *(f"o{x:g}" for x in open_loads)], chosen))
     if "robust" in plans:
@@ -512,6 +515,26 @@ def table(runs: dict) -> str:
     return "\n".join(lines)
 
 
+def summary(runs: dict) -> str:
+    """One row per (plan, workload, pool, load): each policy's median P99 TTFT over LRU's
+    (per repeat) and its median cached-token ratio, LRU's first."""
+    rows = by_cell(runs)
+    cells = sorted({key[:4] for key in rows}, key=lambda c: (PLANS.index(c[0]), c[1], float(c[2]), c[3]))
+    policies = list(dict.fromkeys(key[4] for key in sorted(rows, key=lambda k: k[4] != "lru")))
+    lines = ["| cell | " + " | ".join(policies) + " |", "|---|" + "---|" * len(policies)]
+    for cell in cells:
+        parts = []
+        for policy in policies:
+            if (*cell, policy) not in rows:
+                parts.append("")
+                continue
+            cached = statistics.median(r["cached_ratio"] for r in rows[(*cell, policy)])
+            ratios = p99_ratios(rows, (*cell, policy))
+            parts.append(f"{cached:.3f}" + (f" / **{statistics.median(ratios):.2f}**" if policy != "lru" else ""))
+        lines.append(f"| {cell[0]} {cell[1]} {float(cell[2]):.1%} {cell[3]} | " + " | ".join(parts) + " |")
+    return "\n".join(lines)
+
+
 def plot(runs: dict, path: Path) -> None:
     """P99 TTFT over LRU's (median of the repeats, whiskers min and max) per policy in
     every (plan, workload, pool, load) cell."""
@@ -562,6 +585,8 @@ def parse_args(argv=None):
     p.add_argument("--requests", type=int, default=1000, help="requests per run (>= 1,000 for the grid)")
     p.add_argument("--token-scale", type=float, default=1.0,
                    help="multiplies every workload's scale (SCALES: token ids per workload token)")
+    p.add_argument("--confirm-workloads", default=",".join(CONFIRM_WORKLOADS),
+                   help="the confirming plan's workloads (comma-separated)")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--open-loads", default="0.8", help="open-loop rates as shares of LRU's c10 rate")
     p.add_argument("--model", default="small", choices=("tiny", "small"))
@@ -574,6 +599,7 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     args.plans = _names("--plans", args.plans, PLANS)
     args.policies = _names("--policies", args.policies, POLICIES)
+    args.confirm_workloads = _names("--confirm-workloads", args.confirm_workloads, CONFIRM_WORKLOADS)
     if args.builtin not in SGLANG_BUILTINS:
         refuse(f"--builtin must be one of {', '.join(SGLANG_BUILTINS)}, got {args.builtin!r}")
     for flag, value in (("--requests", args.requests), ("--repeats", args.repeats)):
@@ -600,7 +626,8 @@ def _names(flag: str, text: str, valid) -> list[str]:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    cells = plan_cells(args.plans, args.policies, args.builtin, args.repeats, args.open_loads)
+    cells = plan_cells(args.plans, args.policies, args.builtin, args.repeats, args.open_loads,
+                       args.confirm_workloads)
     meta = {"model": args.model, "requests": args.requests, "token_scale": args.token_scale}
     if args.dry_run:
         for workload in dict.fromkeys(c.workload for c in cells):
@@ -617,6 +644,8 @@ def main(argv=None) -> int:
     if not args.report:
         run_cells(args, cells, results)
     print(table(results.runs()))
+    print("\ncached-token ratio / P99 TTFT over LRU's (medians of the repeats):\n")
+    print(summary(results.runs()))
     if args.plot:
         plot(results.runs(), args.plot)
     return 0

@@ -100,6 +100,11 @@ def test_confirming_runs_measure_lru_closed_loop_before_the_open_loop_runs():
         assert {c.policy for c in mine} == {"lru", "laru", "tlru"} | ({"lpc"} if workload == "chat" else set())
 
 
+def test_the_confirming_plan_runs_only_the_workloads_named():
+    cells = bench.plan_cells(["confirm"], list(bench.POLICIES), "tlru", 1, [0.8], ["chat"])
+    assert {c.workload for c in cells} == {"chat"} and "lpc" in {c.policy for c in cells}
+
+
 def test_robustness_runs_negate_predictions_and_kill_the_service():
     cells = bench.plan_cells(["robust"], ["lru"], "slru", 1, [0.8])
     assert [c.policy for c in cells] == ["lru", "laru~0.5", "laru~1", "laru-service", "laru-service!kill"]
@@ -156,6 +161,7 @@ def test_a_rerun_skips_finished_runs_and_refuses_other_settings(tmp_path, capsys
     (["--builtin", "laru"], "--builtin"), (["--requests", "0"], "--requests"),
     (["--token-scale", "0"], "--token-scale"), (["--open-loads", "0.5,x"], "--open-loads"),
     (["--open-loads", "-1"], "--open-loads"), (["--repeats", "x"], "--repeats"),
+    (["--confirm-workloads", "chat,online_qa"], "--confirm-workloads"),
     (["--out", "x"], "--out")])  # no abbreviations: --out is not --out-dir
 def test_bad_flags_are_one_line_naming_the_flag_exit_2(argv, flag, capsys):
     with pytest.raises(SystemExit) as err:
