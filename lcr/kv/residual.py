@@ -39,8 +39,9 @@ BINS = 64 * BINS_PER_OCTAVE
 STAMP_SHIFT = 4         # open nodes are counted by last request in buckets of 16 time units
 
 
-def _bin(x: np.ndarray) -> np.ndarray:
-    return np.minimum((np.log2(np.maximum(x, 0.0) + 1.0) * BINS_PER_OCTAVE).astype(np.int64), BINS - 1)
+def _bin(x: float) -> int:
+    """The log-spaced bin of an interval or age (called per key: plain floats, no numpy)."""
+    return min(int(math.log2(max(x, 0.0) + 1.0) * BINS_PER_OCTAVE), BINS - 1)
 
 
 class ResidualLifePredictor(Predictor):
@@ -72,7 +73,7 @@ class ResidualLifePredictor(Predictor):
                 return
             self._close(last, cls)
             gap = t - last
-            b = int(_bin(np.array([gap], dtype=np.float64))[0])
+            b = _bin(gap)
             self.events[cls, b] += 1
             self.event_sums[cls, b] += gap
             self._recorded += 1
@@ -107,7 +108,7 @@ class ResidualLifePredictor(Predictor):
         self._open[cls, last >> STAMP_SHIFT] -= 1
 
     # Predictions ------------------------------------------------------------------------
-    def _rebuild(self, now: int) -> None:
+    def _rebuild(self) -> None:
         above = lambda table: np.cumsum(table[:, ::-1], axis=1)[:, ::-1]  # noqa: E731 - sums over bins >= b
         # open nodes stamped before each bucket, per class
         opened = np.concatenate([np.zeros((CLASSES, 1)), np.cumsum(self._open, axis=1)], axis=1)
@@ -117,7 +118,7 @@ class ResidualLifePredictor(Predictor):
     def predict(self, keys: Sequence[int], now: int) -> list[float]:
         # also whenever the intervals seen have doubled: a young model sharpens fast
         if self._tables is None or self._since >= self.refresh or self._recorded > 2 * self._built_with:
-            self._rebuild(now)
+            self._rebuild()
         count_above, sum_above, opened = self._tables
         out = []
         for key in keys:
@@ -127,7 +128,7 @@ class ResidualLifePredictor(Predictor):
                 continue
             last, cls = node
             age = now - last
-            b = int(_bin(np.array([age], dtype=np.float64))[0])
+            b = _bin(age)
             returned = count_above[cls, b]
             if returned <= 0:
                 out.append(math.nan)  # older than every interval seen: never
