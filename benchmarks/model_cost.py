@@ -64,7 +64,15 @@ TRADEOFFS = {"default": {}, "retrain_every=10000": {"retrain_every": 10_000}, "w
              "retrain_every=10000;one classifier": {"retrain_every": 10_000, "boundary_fractions": (1.0,)},
              "window=20000;one classifier": {"window": 20_000, "boundary_fractions": (1.0,)},
              "retrain_every=5000;window=20000;one classifier": {"retrain_every": 5_000, "window": 20_000,
-                                                                "boundary_fractions": (1.0,)}}
+                                                                "boundary_fractions": (1.0,)},
+             # issue 40's candidates: fewer rows binned, bins placed from fewer rows, fewer trees
+             "window=20000;bin_sample=1024": {"window": 20_000, "bin_sample": 1024},
+             "window=10000": {"window": 10_000},
+             "window=10000;bin_sample=1024": {"window": 10_000, "bin_sample": 1024},
+             "retrain_every=5000;window=20000;bin_sample=1024": {"retrain_every": 5_000, "window": 20_000,
+                                                                 "bin_sample": 1024},
+             "window=20000;num_trees=9;learning_rate=0.3": {"window": 20_000, "num_trees": 9, "learning_rate": 0.3},
+             "window=20000;max_bin=15": {"window": 20_000, "max_bin": 15}}
 
 
 def config_for(trace, fraction: float, changes: dict):
@@ -113,29 +121,38 @@ def tradeoffs(traces, fractions, settings) -> list[dict]:
                    "settings": {}}
             for name in settings:
                 _, config = config_for(trace, fraction, TRADEOFFS[name])
-                start = time.perf_counter()
+                start, cpu = time.perf_counter(), time.thread_time()
                 model = replay_model(trace, config)
-                seconds = time.perf_counter() - start
+                seconds, cpu = time.perf_counter() - start, time.thread_time() - cpu
                 misses = len(trace) - int(native_replay(trace, "laru", capacity, model.values, mode="async").hits.sum())
-                row["settings"][name] = {"misses": misses, "us_per_request": seconds / len(trace) * 1e6,
-                                         "gap_closed": (lru - misses) / (lru - opt) if lru > opt else 0.0}
-                print(f"{trace.name[:24]:24s} {fraction:4.0%} {name:38s} "
-                      f"{row['settings'][name]['us_per_request']:7.1f} us/req  gap {row['settings'][name]['gap_closed']:+.1%}",
-                      flush=True)
+                cell = row["settings"][name] = {
+                    "misses": misses, "us_per_request": seconds / len(trace) * 1e6,
+                    "cpu_us_per_request": cpu / len(trace) * 1e6, "fits": model.fits,
+                    "gap_closed": (lru - misses) / (lru - opt) if lru > opt else 0.0}
+                print(f"{trace.name[:24]:24s} {fraction:4.0%} {name:38s} {cell['us_per_request']:7.1f} us/req "
+                      f"(cpu {cell['cpu_us_per_request']:6.1f})  gap {cell['gap_closed']:+.1%}", flush=True)
             rows.append(row)
     return rows
 
 
 def summarize_tradeoffs(rows: list[dict], settings) -> dict:
-    return {name: {"mean_us_per_request": float(np.mean([r["settings"][name]["us_per_request"] for r in rows])),
-                   "mean_gap_closed": float(np.mean([r["settings"][name]["gap_closed"] for r in rows])),
+    """Per setting: mean time per request (wall and this thread's CPU), mean gap closed, and
+    the worst cell (its misses over LRU's, minus one; as ``learned_gap.summarize``)."""
+    def mean(name, field):
+        return float(np.mean([r["settings"][name][field] for r in rows]))
+
+    return {name: {"mean_us_per_request": mean(name, "us_per_request"),
+                   "mean_cpu_us_per_request": mean(name, "cpu_us_per_request"),
+                   "mean_gap_closed": mean(name, "gap_closed"),
+                   "worst_extra_misses_vs_lru": max(r["settings"][name]["misses"] / r["lru"] - 1 for r in rows),
                    "cells": len(rows)} for name in settings}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", default=str(Path(__file__).resolve().parents[2] / "shared" / "data"))
-    parser.add_argument("--traces", default=",".join(PROFILED), help="comma-separated paths under --data")
+    parser.add_argument("--traces", default=",".join(PROFILED),
+                        help="comma-separated paths under --data, or 'tuning': learned_gap's tuning half")
     parser.add_argument("--max-requests", type=int, default=100_000)
     parser.add_argument("--fraction", type=float, default=0.05, help="cache size, share of the distinct keys")
     parser.add_argument("--tradeoffs", action="store_true", help="measure TRADEOFFS instead of the profile")
@@ -144,7 +161,8 @@ def main() -> None:
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "model_cost.json"))
     parser.add_argument("--setting", help="the results file's entry to write (default: profile or tradeoffs)")
     args = parser.parse_args()
-    traces = [learned_gap.load(Path(args.data) / rel, args.max_requests) for rel in args.traces.split(",")]
+    names = learned_gap.TUNING if args.traces == "tuning" else args.traces.split(",")
+    traces = [learned_gap.load(Path(args.data) / rel, args.max_requests) for rel in names]
     learned_gap.warm_up(["lightgbm"])
     import lcr
 
@@ -158,7 +176,8 @@ def main() -> None:
         rows = tradeoffs(traces, [float(f) for f in args.fractions.split(",")], settings)
         result.update(rows=rows, summary=summarize_tradeoffs(rows, settings))
         for name, s in result["summary"].items():
-            print(f"{name:38s} {s['mean_us_per_request']:7.1f} us/req  mean gap closed {s['mean_gap_closed']:+.1%}")
+            print(f"{name:38s} {s['mean_us_per_request']:7.1f} us/req (cpu {s['mean_cpu_us_per_request']:6.1f})  "
+                  f"mean gap closed {s['mean_gap_closed']:+.2%}  worst cell {s['worst_extra_misses_vs_lru']:+.2%}")
     else:
         result["profiles"] = [profile(trace, args.fraction) for trace in traces]
         for p in result["profiles"]:
