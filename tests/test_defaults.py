@@ -22,7 +22,8 @@ import numpy as np
 import pytest
 
 from lcr.policies import LARU, make_policy
-from lcr.policies.laru import PAPER_RULE
+from lcr.policies.laru import PAPER_RULE, WHOLE_CACHE
+from lcr.policies.laru_experts import IntervalRanks
 from lcr.predict import ArrayPredictor, learned_config
 from lcr.predict.experimental import oracle_predictions
 from lcr.sim import PolicySpec, replay, run_one
@@ -31,8 +32,9 @@ from lcr.traces import generate
 ROOT = Path(__file__).resolve().parents[1]
 
 # The recorded best (docs/predictor.md, "Learned eviction"; the earlier steps: docs/history.md).
-BEST_LARU = {"b": 1.05, "credit": True, "guard": 0.005, "intervals": True, "margin": 0.03}
+BEST_LARU = {"b": 1.05, "credit": True, "guard": 0.005, "intervals": True}
 BEST_EXPERTS = ["intervals", "decay"]  # what intervals=1 runs
+BEST_INTERVAL_WEIGHT = 0.25  # the newest interval's weight in the interval expert's smoothing
 BEST_SCHEDULE = {"retrain_every": 2_500, "window": 80_000}
 BEST_MODEL = {"objective": "belady", "rank": "probability", "boundary_fractions": (1.0, 0.5, 0.25)}
 # What the paper's experiments and bound are about: Algorithm 1 as written.
@@ -43,9 +45,11 @@ def test_laru_spec_defaults_are_the_measured_best():
     params = inspect.signature(LARU).parameters
     assert {name: params[name].default for name in BEST_LARU} == BEST_LARU
     policy = make_policy("laru", 10, predictor=ArrayPredictor(np.zeros(1)))
-    assert (policy.b, policy.credit, policy.guard, policy.shadows is not None, policy.margin) == \
-        tuple(BEST_LARU.values())
+    assert (policy.b, policy.credit, policy.guard, policy.shadows is not None) == tuple(BEST_LARU.values())
     assert [expert.name for expert, _ in policy.experts] == BEST_EXPERTS
+    # The interval expert's smoothing, and its shadows' window (the whole cache).
+    assert IntervalRanks.weight == BEST_INTERVAL_WEIGHT
+    assert all(shadow.shrink_every == WHOLE_CACHE for _, shadow in policy.experts)
 
 
 def test_the_papers_rule_is_algorithm_1_and_reachable_by_name():

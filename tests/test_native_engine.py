@@ -47,7 +47,8 @@ VARIANTS = [
     ("laru", {**PAPER_RULE, "guard": 0.0, "b": 1.5}),
     ("laru", {**PAPER_RULE, "mode": "async", "credit": 1, "b": 1.05, "guard": 0.02}),
     ("laru", {**PAPER_RULE, "intervals": 1, "b": 1.5}),
-    ("laru", {"mode": "async", "credit": 1, "b": 1.05, "guard": 0.02, "intervals": 1, "margin": 0.0}),
+    ("laru", {"mode": "async", "credit": 1, "b": 1.05, "guard": 0.02, "intervals": 1}),
+    ("laru", {"mode": "async", "credit": 0, "b": 2.0, "shrink_every": 2, "guard": "none", "intervals": 1}),
     ("laru", {"intervals": 1, "guard": "none"}),
     ("arc", {}),
     ("lirs", {}),
@@ -139,8 +140,8 @@ def test_laru_follows_its_heuristic_experts_like_the_spec():
                              ("zipf:requests=6000,keys=800,alpha=0.9,seed=2", "noisy")):
         trace = generate(workload)
         predictions = np.zeros(len(trace)) if values == "constant" else oracle_predictions(trace, 0.6, seed=3)
-        for capacity, margin in ((30, 0.03), (120, 0.0)):
-            params = dict(mode="async", b=1.05, credit=1, guard=0.01, margin=margin)
+        for capacity, guard in ((30, 0.01), (120, "none")):
+            params = dict(mode="async", b=1.05, credit=1, guard=guard)
             got = assert_same_decisions(trace, "laru", capacity, predictions, **params, intervals=1)
             alone = native_replay(trace, "laru", capacity, predictions, record_evictions=True, **params, intervals=0)
             followed += not np.array_equal(got.evicted, alone.evicted)

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lcr.policies import LARU, LRU, OPT, POLICIES, make_policy
-from lcr.policies.laru import PAPER_RULE
+from lcr.policies.laru import WHOLE_CACHE, PAPER_RULE
 from lcr.policies.predictive_marker import harmonic
 from lcr.predict import ArrayPredictor
 from lcr.predict.experimental import constant_predictions, oracle_predictions
@@ -78,8 +78,8 @@ def test_laru_with_oracle_predictions_equals_opt(source, capacity, mode):
     assert misses(trace, "laru", capacity, mode=mode, **dict(PAPER_RULE, credit=1, b=1.05)) == opt
     # The tightest guard never acts: OPT is optimal on every prefix, so never behind LRU.
     assert misses(trace, "laru", capacity, mode=mode, **dict(PAPER_RULE, credit=1, b=1.05, guard=0.0)) == opt
-    # The predictions' shadow is OPT, which the interval expert's never beats, even with no margin.
-    assert misses(trace, "laru", capacity, mode=mode, credit=1, b=1.05, guard=0.0, intervals=1, margin=0.0) == opt
+    # The predictions' shadow is OPT, which no expert's shadow beats, even with no guard.
+    assert misses(trace, "laru", capacity, mode=mode, credit=1, b=1.05, guard="none", intervals=1) == opt
     assert misses(trace, "fpb", capacity, mode=mode) == opt
     assert misses(trace, "blind_oracle_lru", capacity) == opt
 
@@ -118,28 +118,24 @@ def test_laru_follows_the_interval_expert_on_a_loop_where_answers_tie():
     assert following.stats.misses == misses(trace, "opt", 60)
 
 
-@pytest.mark.parametrize("capacity, margin, interval_misses, leads", [
-    (30, 0.03, 1000, False), (30, 0.03, 975, False), (30, 0.03, 969, True),   # 31 saved: > 30 and > 3%
-    (100, 0.03, 969, True), (100, 0.03, 971, False),                          # the share alone: > 30
-    (20, 0.5, 979, True), (20, 0.5, 980, False),                              # k alone: > 20
-    (30, 0.0, 999, True), (30, 0.0, 1001, False)])
-def test_laru_expert_lead_rule(capacity, margin, interval_misses, leads):
+@pytest.mark.parametrize("interval_misses, leads", [(1000, False), (1001, False), (999, True), (0, True)])
+def test_laru_expert_lead_rule(interval_misses, leads):
     """An expert leads while its shadow has missed less than the predictions' shadow
-    (1,000 misses here) by more than ``margin`` of those misses or more than k."""
+    (1,000 misses here): a tie keeps the predictions."""
     trace = generate("zipf:requests=100,keys=20,alpha=0.9,seed=1")
-    policy, _ = build("laru", trace, capacity, intervals=1, margin=margin)
+    policy, _ = build("laru", trace, 30, intervals=1)
     (expert, by_interval), (_, by_decay) = policy.experts
     policy.predicted_shadow.stats.misses, by_interval.stats.misses, by_decay.stats.misses = 1000, interval_misses, 1000
     assert policy._leading_expert() is (expert if leads else None)
 
 
 @pytest.mark.parametrize("misses, leader", [((900, 800), "decay"), ((800, 800), "intervals"),
-                                            ((800, 900), "intervals"), ((999, 998), None)])
+                                            ((800, 900), "intervals"), ((1000, 1000), None), ((1001, 999), "decay")])
 def test_laru_follows_the_expert_whose_shadow_missed_least(misses, leader):
     """Of several experts the one with the fewest shadow misses is the candidate (the first
     listed on ties: intervals, decay); it leads only if it beats the predictions."""
     trace = generate("zipf:requests=100,keys=20,alpha=0.9,seed=1")
-    policy, _ = build("laru", trace, 5, intervals=1, margin=0.03)
+    policy, _ = build("laru", trace, 5, intervals=1)
     assert [expert.name for expert, _ in policy.experts] == ["intervals", "decay"]
     policy.predicted_shadow.stats.misses = 1000
     for (_, shadow), m in zip(policy.experts, misses):
@@ -159,7 +155,7 @@ def test_laru_expert_shadows_serve_exactly_the_caches_requests(which):
     capacity, params = 40, dict(b=1.05, credit=1, guard=0.005, intervals=0)
     policy, predictor = build("laru", trace, capacity, np.zeros(len(trace)), mode="async", **{**params, "intervals": 1})
     expert = EXPERTS[which](capacity)
-    alone = LARU(capacity, expert, "sync", **params)
+    alone = LARU(capacity, expert, "sync", **params, shrink_every=WHOLE_CACHE)
     _, shadow = policy.experts[which]
     for t, key in enumerate(trace.keys.tolist()):
         predictor.observe(key, t)
@@ -192,16 +188,56 @@ def test_laru_follows_the_predictions_while_the_shadows_tie(mode):
     At t=3 the oracle evicts a (back at 5, b at 4); the interval expert would evict b
     (seen once: +inf)."""
     trace = Trace(np.array([1, 2, 1, 3, 2, 1]))
-    policy, predictor = build("laru", trace, 2, mode=mode, intervals=1, margin=0.0)
+    policy, predictor = build("laru", trace, 2, mode=mode, intervals=1)
     run = replay(trace, policy, predictor, record_evictions=True)
     assert run.evicted[3] == 1 and policy.stats.misses == misses(trace, "opt", 2) == 4
     assert policy.stats.extra["interval_evictions"] == 0
 
 
-def test_laru_intervals_and_margin_are_checked():
+def test_interval_expert_ranks_by_the_smoothed_interval():
+    """Last access + the interval smoothed with weight 1/4 on the newest: a key requested
+    at 0, 10 and 14 is expected at 14 + (0.75 x 10 + 0.25 x 4) = 22.5, not at 18 (the last
+    interval alone); a key seen once ranks +inf."""
+    from lcr.policies.laru_experts import IntervalRanks
+
+    expert = IntervalRanks(4)
+    for t, key in ((0, 7), (10, 7), (12, 8), (14, 7)):
+        expert.on_access(key, t)
+    assert expert.predict([7, 8], 15) == [22.5, math.inf]
+
+
+def test_laru_follows_its_leading_expert_over_the_whole_cache():
+    """Where the predictions would choose in a window of 2, the leading expert chooses
+    among all cached keys: here key 4, its largest rank (back at 8), not key 2 (the
+    largest in the window)."""
+    trace = Trace(np.array([1, 1, 2, 2, 3, 3, 4, 4, 5]))
+    policy, predictor = build("laru", trace, 4, np.zeros(len(trace)), mode="async", intervals=1)
+    for t, key in enumerate(trace.keys[:8].tolist()):
+        predictor.observe(key, t)
+        policy.access(key, t)
+    policy.old, policy.lam = {1, 2, 3, 4}, 0.5  # mid-phase, window 2
+    (_, by_interval), (_, by_decay) = policy.experts
+    policy.predicted_shadow.stats.misses, by_interval.stats.misses, by_decay.stats.misses = 1000, 0, 1000
+    predictor.observe(5, 8)
+    policy.access(5, 8)
+    assert policy.last_evicted == 4 and policy.stats.extra["interval_evictions"] == 1
+
+
+def test_laru_expert_shadows_keep_the_whole_cache_as_window():
+    """An expert's shadow never shrinks its window: the interval expert's induced misses
+    (on a loop, the keys it evicted return within the phase) leave lambda at 1."""
+    trace = generate("loop:requests=3000,keys=100")
+    policy, predictor = build("laru", trace, 30, np.zeros(len(trace)), mode="async", b=2.0, credit=0)
+    replay(trace, policy, predictor)
+    (_, by_interval), _ = policy.experts
+    assert by_interval.stats.extra["prediction_induced_misses"] > 0
+    assert all(shadow.lam == 1.0 for _, shadow in policy.experts)
+
+
+def test_laru_intervals_is_checked():
     trace = generate("zipf:requests=100,keys=20,alpha=0.9,seed=1")
-    for bad in (dict(intervals=2), dict(intervals=0.5), dict(intervals=1, margin=1.0), dict(intervals=1, margin=-0.1)):
-        with pytest.raises(ValueError, match="intervals|margin"):
+    for bad in (dict(intervals=2), dict(intervals=0.5)):
+        with pytest.raises(ValueError, match="intervals"):
             build("laru", trace, 5, **bad)
 
 

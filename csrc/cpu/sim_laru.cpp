@@ -23,7 +23,6 @@ struct LaruParams {
     double guard = -1;    // >= 0: miss budget against LRU, (1 + guard) x its misses; < 0: off
     // The heuristic experts (lcr.policies.laru_experts: intervals, then decay).
     bool intervals = false;
-    double margin = 0.03;  // follow one while its shadow misses less by this share (or by k)
 
     int64_t n_experts() const { return intervals ? 2 : 0; }
     LaruParams without_experts() const {
@@ -31,12 +30,18 @@ struct LaruParams {
         p.intervals = false;
         return p;
     }
+    // An expert's shadow (lcr.policies.laru.WHOLE_CACHE): its window stays the whole cache.
+    LaruParams for_expert_shadow() const {
+        LaruParams p = without_experts();
+        p.shrink_every = int64_t{1} << 62;
+        return p;
+    }
 };
 
 // One LARU cache of k ids. Each access brings the key's rank (the prediction, or an
 // expert's answer for that expert's shadow); `pred` only counts the predictor's calls.
 // With `n_expert_trees`, one more tree per expert holds the same ids under that expert's
-// ranks, so that the window can follow it.
+// ranks, so that eviction can follow it.
 class LaruCache {
 public:
     struct Step {
@@ -123,7 +128,7 @@ private:
         if (choice.by_prediction) {
             const int64_t e = by_expert_.empty() ? -1 : leader();
             if (e >= 0) {
-                victim = by_expert_[e].largest_among_oldest(std::min(window, cache_.size()));
+                victim = by_expert_[e].largest();  // over the whole cache
                 c_.interval_evictions += e == 0;  // the interval expert is listed first
             }
             key_[victim].predicted_out_in = phase;
@@ -161,9 +166,9 @@ public:
 
     Expert(Kind kind, int64_t k, int64_t n_ids, const LaruParams& params, Counters& counters)
         : kind_(kind), tau_(10 * static_cast<double>(k) / std::log(2.0)),  // halves every 10 k requests
-          shadow_(k, n_ids, params.without_experts(), counted_nowhere_, counters, 0) {
+          shadow_(k, n_ids, params.for_expert_shadow(), counted_nowhere_, counters, 0) {
         last_.assign(n_ids, -1);
-        if (kind == kDecay) count_.assign(n_ids, 0.0);
+        value_.assign(n_ids, 0.0);
     }
 
     // The expert's rank of request t, then the shadow serves it with that rank.
@@ -178,27 +183,32 @@ public:
 private:
     double rank(int32_t id, int64_t t) {
         switch (kind_) {
-            case kIntervals: {  // last access + the interval before it, +inf after one access
+            case kIntervals: {  // last access + the smoothed interval, +inf after one access
                 const int64_t previous = last_[id];
                 last_[id] = t;
-                return previous < 0 ? kInf : static_cast<double>(2 * t - previous);
+                if (previous < 0) return kInf;
+                const auto interval = static_cast<double>(t - previous);  // >= 1: 0 marks "none yet"
+                double& smoothed = value_[id];
+                smoothed = smoothed == 0 ? interval : (1 - kWeight) * smoothed + kWeight * interval;
+                return static_cast<double>(t) + smoothed;
             }
             case kDecay: {  // -(log decayed count + t / tau)
                 const int64_t last = last_[id] < 0 ? t : last_[id];
-                count_[id] = count_[id] * std::exp(-static_cast<double>(t - last) / tau_) + 1.0;
+                value_[id] = value_[id] * std::exp(-static_cast<double>(t - last) / tau_) + 1.0;
                 last_[id] = t;
-                return -(std::log(count_[id]) + static_cast<double>(t) / tau_);
+                return -(std::log(value_[id]) + static_cast<double>(t) / tau_);
             }
         }
         return kInf;
     }
 
     static constexpr double kInf = std::numeric_limits<double>::infinity();
+    static constexpr double kWeight = 0.25;  // IntervalRanks.weight: the newest interval's
     const Predictions counted_nowhere_{nullptr, false};  // the ranks come with each access
     Kind kind_;
     double tau_;
     std::vector<int64_t> last_;
-    std::vector<double> count_;
+    std::vector<double> value_;  // per key: the smoothed interval, or the decayed count
     LaruCache shadow_;
 };
 
@@ -228,9 +238,7 @@ void run_laru(const Requests& req, Recorder& rec, Counters& c, int64_t k, const 
         int64_t best = 0;
         for (int64_t e = 1; e < n_experts; ++e)
             if (experts[e].misses() < experts[best].misses()) best = e;
-        const int64_t saved = predicted.misses() - experts[best].misses();
-        const bool leads = saved > k || static_cast<double>(saved) > params.margin * static_cast<double>(predicted.misses());
-        return leads ? best : -1;
+        return experts[best].misses() < predicted.misses() ? best : -1;
     };
     std::vector<double> expert_ranks(n_experts);
     for (int64_t t = 0; t < req.n; ++t) {
@@ -244,13 +252,12 @@ void run_laru(const Requests& req, Recorder& rec, Counters& c, int64_t k, const 
 
 py::tuple replay_laru(const Array<int32_t>& ids, int64_t n_ids, int64_t capacity, const Array<double>& predictions,
                       bool async, double b, int64_t shrink_every, bool credit, double guard, bool intervals,
-                      double margin, bool record_evictions) {
+                      bool record_evictions) {
     checked_capacity(capacity);
     if (!(b > 1)) raise_value_error("laru needs b > 1");
     if (shrink_every < 1) raise_value_error("laru shrink_every must be at least 1");
-    if (!(margin >= 0 && margin < 1)) raise_value_error("laru margin must lie in [0, 1)");
     const Predictions pred{aligned_with(predictions, ids.size(), "predictions"), async};
-    const LaruParams params{b, shrink_every, credit, guard, intervals, margin};
+    const LaruParams params{b, shrink_every, credit, guard, intervals};
     return run_core(ids, n_ids, record_evictions, [&](const Requests& req, Recorder& rec, Counters& c) {
         run_laru(req, rec, c, capacity, pred, params);
     });
@@ -261,7 +268,7 @@ py::tuple replay_laru(const Array<int32_t>& ids, int64_t n_ids, int64_t capacity
 void register_sim_laru(py::module_& m) {
     m.def("replay_laru", &replay_laru, py::arg("ids"), py::arg("n_ids"), py::arg("capacity"), py::arg("predictions"),
           py::arg("async_mode"), py::arg("b"), py::arg("shrink_every"), py::arg("credit"), py::arg("guard"),
-          py::arg("intervals"), py::arg("margin"), py::arg("record_evictions"));
+          py::arg("intervals"), py::arg("record_evictions"));
 }
 static const SimCore registered(register_sim_laru);
 

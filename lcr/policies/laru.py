@@ -37,20 +37,20 @@ guard) x LRU's misses + k, whatever the predictions. Oracle predictions never ex
 LRU's misses (OPT is optimal on every prefix of the requests), so the guard never acts
 and LARU still makes OPT's decisions.
 
-``intervals`` (lcr's extension) switches on LARU's heuristic experts for its window
-(``lcr.policies.laru_experts``: each key's own last interval, and frequency with aging;
-the option is named after the first, which came alone before), which need no model and
-see what a boundary classifier is blind to (a loop, where its answers all tie;
-popularity beyond the classifier's horizon). Beside the cache run
-one shadow LARU over the predictions and one per expert over that expert's ranks (same
-parameters, keys only, fed exactly the cache's requests); inside its window LARU follows
-the expert whose shadow has missed least so far (the first listed on ties) while that
-shadow has missed less than the predictions' shadow, by more than ``margin`` times the
-latter's misses or by more than k; else the predictions. Oracle predictions make their
-shadow OPT, which no shadow beats on any prefix of the requests, so LARU still makes
-OPT's decisions; any victim from the window keeps Theorem 1's bound, and the guard's
-budget holds as before. The predictor is asked twice per query (the cache and its
-shadow).
+``intervals`` (lcr's extension) switches on LARU's heuristic experts
+(``lcr.policies.laru_experts``: each key's own smoothed interval, and frequency with
+aging; the option is named after the first, which came alone before), which need no
+model and see what a boundary classifier is blind to (a loop, where its answers all tie;
+popularity beyond the classifier's horizon). Beside the cache run one shadow LARU over
+the predictions (same parameters) and one per expert over that expert's ranks, its
+window fixed at the whole cache (an expert is a ranking, not a prediction to distrust);
+all are keys only and fed exactly the cache's requests. When the predictions would pick
+the victim, LARU instead evicts the key the leading expert ranks first among all it
+holds, if that expert's shadow has missed less than the predictions' shadow so far (the
+one that missed least; the first listed on ties). Oracle predictions make their shadow
+OPT, which no shadow beats on any prefix of the requests, so LARU still makes OPT's
+decisions; the guard's budget holds as before (it is checked first). The predictor is
+asked twice per query (the cache and its shadow).
 
 ``record`` replaces the exact set of prediction-evicted keys with any object offering
 ``add``, ``discard``, ``clear`` and ``in`` (SlabHash keeps a bitset, see
@@ -85,6 +85,10 @@ def _guard_budget(guard) -> float | None:
     raise ValueError(f"laru guard must be a number >= 0, or none for no guard, got {guard!r}")
 
 
+#: ``shrink_every`` of the experts' shadows: their window stays the whole cache.
+WHOLE_CACHE = 2 ** 62
+
+
 def llm_shrink_every(capacity: int) -> int:
     """The paper's LLM setting halves lambda once every k/32 prediction-induced misses."""
     return max(1, capacity // 32)
@@ -97,8 +101,7 @@ class LARU(Policy):
     # The defaults are the measured best (module docstring); PAPER_RULE is Algorithm 1.
     def __init__(self, capacity: int, predictor: NextAccessPredictor, mode: str = "sync",
                  b: float = 1.05, shrink_every: int = 1, record: MutableSet[int] | None = None,
-                 credit: bool = True, guard: float | str | None = 0.005, intervals: bool = True,
-                 margin: float = 0.03):
+                 credit: bool = True, guard: float | str | None = 0.005, intervals: bool = True):
         super().__init__(capacity)
         if not b > 1:
             raise ValueError(f"laru needs b > 1, got {b}")
@@ -109,8 +112,6 @@ class LARU(Policy):
         guard = _guard_budget(guard)
         if intervals not in (0, 1):
             raise ValueError(f"laru intervals must be 0 or 1, got {intervals!r}")
-        if not 0 <= margin < 1:
-            raise ValueError(f"laru margin must lie in [0, 1), got {margin!r}")
         self.b = float(b)
         self.shrink_every = int(shrink_every)
         self.credit = bool(credit)
@@ -123,12 +124,12 @@ class LARU(Policy):
         self.old: set[int] = set()  # O: items cached at the phase start, not yet requested or evicted
         self.evicted_by_prediction: MutableSet[int] = set() if record is None else record
         self._induced_in_phase = 0
-        self.margin = float(margin)
         # The experts, and the shadows that decide when to follow one: (expert, its shadow).
         same = dict(b=b, shrink_every=shrink_every, credit=credit, guard=guard, intervals=False)
+        whole = dict(same, shrink_every=WHOLE_CACHE)
         experts = [make(capacity) for make in EXPERTS] if intervals else []
         self.experts: list[tuple[ExpertRanks, LARU]] = [
-            (expert, LARU(capacity, expert, "sync", **same)) for expert in experts]
+            (expert, LARU(capacity, expert, "sync", **whole)) for expert in experts]
         self.predicted_shadow = LARU(capacity, predictor, mode, **same) if self.experts else None
         #: Every shadow LARU (the predictions' first), or None without experts.
         self.shadows = (self.predicted_shadow, *(shadow for _, shadow in self.experts)) if self.experts else None
@@ -143,7 +144,7 @@ class LARU(Policy):
                              "pass record= to the Python spec only")
         return {"async_mode": self.table.mode == "async", "b": self.b, "shrink_every": self.shrink_every,
                 "credit": self.credit, "guard": -1.0 if self.guard is None else self.guard,  # -1: no guard
-                "intervals": bool(self.experts), "margin": self.margin}
+                "intervals": bool(self.experts)}
 
     @property
     def window(self) -> int:
@@ -191,7 +192,7 @@ class LARU(Policy):
             if by_prediction:
                 leader = self._leading_expert()
                 if leader is not None:
-                    victim = leader.pick_victim(self.recency.oldest(self.window))
+                    victim = leader.pick_victim(self.recency.evictable())
                     if leader.name == "intervals":
                         self.stats.extra["interval_evictions"] += 1
                 self.evicted_by_prediction.add(victim)
@@ -202,15 +203,11 @@ class LARU(Policy):
 
     def _leading_expert(self) -> ExpertRanks | None:
         """The expert whose shadow has missed least so far (the first on ties), if it has
-        missed less than the predictions' shadow by more than the margin's share of the
-        latter's misses or by more than k misses (where few requests can hit at all, a
-        share of the misses is out of reach); else None (follow the predictions)."""
+        missed less than the predictions' shadow; else None (follow the predictions)."""
         if not self.experts:
             return None
         expert, shadow = min(self.experts, key=lambda pair: pair[1].stats.misses)
-        predicted = self.predicted_shadow.stats.misses
-        saved = predicted - shadow.stats.misses
-        return expert if saved > self.capacity or saved > self.margin * predicted else None
+        return expert if shadow.stats.misses < self.predicted_shadow.stats.misses else None
 
     def _over_budget(self) -> bool:
         """Whether the misses so far, this one included (the base class counts it after

@@ -2,9 +2,11 @@
 that need no model, for what a boundary classifier is blind to.
 
 - ``intervals``: each key is expected back one interval after its last access (last
-  access + the time since the access before; +inf after a single access). That is what
-  OPT does on a loop and on any key that repeats its interval, and what a relaxed-Belady
-  classifier cannot say once every key of a loop is "back after the boundary".
+  access + its smoothed interval, +inf after a single access). That is what OPT does on
+  a loop and on any key that repeats its interval, and what a relaxed-Belady classifier
+  cannot say once every key of a loop is "back after the boundary". The interval is
+  smoothed exponentially (the newest weighs 1/4, about the last four intervals), so
+  that one irregular return does not reorder a loop's keys.
 - ``decay`` (frequency with aging, as LRFU's combined recency and frequency): each access
   adds 1 to a count that halves every 10 k requests (TinyLFU's aging period, 10 x the
   cache size); the lowest count goes first. The order of two decayed counts never changes
@@ -50,18 +52,28 @@ class ExpertRanks:
 
 
 class IntervalRanks(ExpertRanks):
-    """Per key: its last access + the interval before it (+inf after one access)."""
+    """Per key: its last access + its smoothed interval (+inf after one access)."""
 
     name = "intervals"
+    #: The newest interval's weight in the smoothed one.
+    weight = 0.25
 
     def __init__(self, capacity: int):
         super().__init__(capacity)
         self._last: dict[int, int] = {}
+        self._smoothed: dict[int, float] = {}
 
     def rank(self, key, t):
         previous = self._last.get(key)
         self._last[key] = t
-        return math.inf if previous is None else 2 * t - previous
+        if previous is None:
+            return math.inf
+        interval = t - previous
+        smoothed = self._smoothed.get(key)
+        # The same operations, in the same order, as the native core: equal floats.
+        smoothed = interval if smoothed is None else (1 - self.weight) * smoothed + self.weight * interval
+        self._smoothed[key] = smoothed
+        return t + smoothed
 
 
 class DecayRanks(ExpertRanks):
