@@ -1,6 +1,7 @@
 """Replay throughput of lcr's native cores next to libCacheSim's, in one run.
 
     python benchmarks/sim_throughput.py [--requests 10000000] [--keys 1000000] [--repeats 3] [--heuristics]
+    python benchmarks/sim_throughput.py --laru-rules --requests 2000000 --keys 200000
 
 Trace: Zipf alpha = 1.0 over 1M keys, 10M requests, unit sizes, cache = 1% of the keys.
 lcr replays LRU, OPT, LARU (oracle predictions, and p = 0.5 noise), FPB and HF; libCacheSim
@@ -13,6 +14,10 @@ precomputed next-use array for free.
 ``--heuristics`` adds ARC, LIRS, S3-FIFO, W-TinyLFU and LFU on both sides (libCacheSim's
 W-TinyLFU reads the file's next-access times, which skip some SLRU promotions, so its miss
 ratio here is not the parity one; benchmarks/libcachesim_parity.py checks misses).
+
+``--laru-rules`` instead times LARU's own settings side by side on oracle predictions (no
+libCacheSim): the default (with its heuristic experts and their shadows), the default
+without experts, and the paper's Algorithm 1; entry ``laru_rules``.
 
 Prints Mreq/s, ratios to libCacheSim and peak memory; writes
 the entry ``core`` (or ``heuristics``) of benchmarks/results/sim_throughput.json, with a machine
@@ -67,10 +72,18 @@ def lcr_runs(trace: Trace, capacity: int) -> dict:
             "laru (p=0.5)": ("laru", noisy), "fpb": ("fpb", oracle), "hf": ("hf", oracle)}
 
 
-def time_lcr(trace: Trace, name: str, capacity: int, predictions) -> tuple[float, int]:
+def laru_rule_runs(trace: Trace) -> dict:
+    from lcr.policies.laru import PAPER_RULE
+
+    oracle = oracle_predictions(trace, 0.0)
+    return {"laru (default)": ("laru", oracle, {}), "laru (no experts)": ("laru", oracle, {"intervals": 0}),
+            "laru (paper's rule)": ("laru", oracle, dict(PAPER_RULE))}
+
+
+def time_lcr(trace: Trace, name: str, capacity: int, predictions, **params) -> tuple[float, int]:
     start = time.perf_counter()
     trace._dense_ids = None  # count the key remapping in every replay
-    run = native_replay(trace, name, capacity, predictions)
+    run = native_replay(trace, name, capacity, predictions, **params)
     return time.perf_counter() - start, run.misses
 
 
@@ -93,7 +106,11 @@ def main() -> None:
     ap.add_argument("--cache", type=float, default=0.01, help="cache size as a fraction of the keys")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--heuristics", action="store_true", help="also ARC, LIRS, S3-FIFO, W-TinyLFU, LFU")
+    ap.add_argument("--laru-rules", action="store_true",
+                    help="only LARU: its default, without experts, and the paper's rule (entry laru_rules)")
     args = ap.parse_args()
+    if args.laru_rules:
+        return laru_rules(args)
     import libcachesim as lcs
 
     trace = generate(f"zipf:requests={args.requests},keys={args.keys},alpha={args.alpha},seed=0")
@@ -145,6 +162,28 @@ def main() -> None:
         "libcachesim": lcs.__version__, "peak_rss_mb": peak_mb, "runs": rows,
         "machine": machine_description()})
     print(f"wrote {RESULTS} ({setting})")
+
+
+def laru_rules(args) -> None:
+    """LARU's settings side by side, interleaved, best of ``--repeats``."""
+    trace = generate(f"zipf:requests={args.requests},keys={args.keys},alpha={args.alpha},seed=0")
+    capacity = max(1, round(args.cache * args.keys))
+    runs = laru_rule_runs(trace)
+    times: dict[str, list[float]] = {}
+    for _ in range(args.repeats):
+        for label, (name, predictions, params) in runs.items():
+            times.setdefault(label, []).append(time_lcr(trace, name, capacity, predictions, **params)[0])
+    rows = {label: {"best_s": min(ts), "times_s": ts, "mreq_per_s": len(trace) / min(ts) / 1e6}
+            for label, ts in times.items()}
+    print(f"# {trace.name}: {len(trace):,} requests, cache {capacity:,} items, oracle predictions, best of {args.repeats}")
+    for label, r in rows.items():
+        print(f"{label:<22} {r['mreq_per_s']:>6.2f} Mreq/s")
+    update_entry(RESULTS, "laru_rules", {
+        "benchmark": "LARU's settings side by side (native core, oracle predictions)",
+        "trace": f"zipf:requests={args.requests},keys={args.keys},alpha={args.alpha},seed=0",
+        "requests": len(trace), "capacity": capacity, "repeats": args.repeats, "runs": rows,
+        "machine": machine_description()})
+    print(f"wrote {RESULTS} (laru_rules)")
 
 
 if __name__ == "__main__":
