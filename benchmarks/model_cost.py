@@ -4,7 +4,8 @@ The model's work per request is what ``benchmarks/learned_gap.py`` times as
 ``model_us_per_request``: ``lcr.predict.replayed.replay_model`` over the trace (feature
 updates, training samples, fits and predictions, all in one thread). Per trace (tuning
 half, first --max-requests requests, a cache of --fraction of its keys) this script
-times that replay unprofiled, then once under cProfile and splits the time into parts:
+times that replay (of the default model, or of the --settings named) unprofiled, then once
+under cProfile and splits the time into parts:
 
 - ``features``: feature rows (``FeatureStore.update*``); ``samples``: the sampled
   histories and their labels (``SampledHistory.observe*``); ``training_sets``: picking
@@ -16,7 +17,10 @@ times that replay unprofiled, then once under cProfile and splits the time into 
 
 ``--tradeoffs`` instead replays each setting in ``TRADEOFFS`` (the default model with a
 few of its settings changed) side by side on the same cells and reports its time per
-request and the share of the LRU->OPT gap that LARU (its defaults) closes with it.
+request and the share of the LRU->OPT gap that LARU (its defaults) closes with it
+(``--traces tuning``: learned_gap's tuning half; ``--cached``: the model passes through
+learned_gap's store, e.g. to check a setting on its 300,000-request cells without
+recomputing the default's passes).
 
     python benchmarks/model_cost.py                  # entry "profile" of benchmarks/results/model_cost.json
     PYTHONPATH=OLD_TREE python benchmarks/model_cost.py --setting profile-OLD   # another version's lcr
@@ -72,17 +76,57 @@ TRADEOFFS = {"default": {}, "retrain_every=10000": {"retrain_every": 10_000}, "w
              "retrain_every=5000;window=20000;bin_sample=1024": {"retrain_every": 5_000, "window": 20_000,
                                                                  "bin_sample": 1024},
              "window=20000;num_trees=9;learning_rate=0.3": {"window": 20_000, "num_trees": 9, "learning_rate": 0.3},
-             "window=20000;max_bin=15": {"window": 20_000, "max_bin": 15}}
+             "window=20000;max_bin=15": {"window": 20_000, "max_bin": 15},
+             "retrain_every=5000;window=15000": {"retrain_every": 5_000, "window": 15_000},
+             "retrain_every=5000;window=20000;n_deltas=8": {"retrain_every": 5_000, "window": 20_000, "n_deltas": 8},
+             "retrain_every=5000;window=20000;n_deltas=8;n_edcs=4": {"retrain_every": 5_000, "window": 20_000,
+                                                                     "n_deltas": 8, "n_edcs": 4},
+             "retrain_every=5000;window=20000;num_trees=9;learning_rate=0.3": {
+                 "retrain_every": 5_000, "window": 20_000, "num_trees": 9, "learning_rate": 0.3},
+             "window=20000;n_deltas=8": {"window": 20_000, "n_deltas": 8},
+             "window=20000;n_deltas=8;n_edcs=4": {"window": 20_000, "n_deltas": 8, "n_edcs": 4},
+             "retrain_every=5000;window=20000;n_deltas=4;n_edcs=4": {"retrain_every": 5_000, "window": 20_000,
+                                                                     "n_deltas": 4, "n_edcs": 4},
+             "retrain_every=5000;window=20000;n_deltas=8;n_edcs=4;num_trees=24": {
+                 "retrain_every": 5_000, "window": 20_000, "n_deltas": 8, "n_edcs": 4, "num_trees": 24},
+             "retrain_every=5000;window=30000;n_deltas=8;n_edcs=4": {"retrain_every": 5_000, "window": 30_000,
+                                                                     "n_deltas": 8, "n_edcs": 4},
+             "retrain_every=4000;window=20000;n_deltas=8;n_edcs=4": {"retrain_every": 4_000, "window": 20_000,
+                                                                     "n_deltas": 8, "n_edcs": 4},
+             "retrain_every=5000;window=20000;n_deltas=4;n_edcs=4;num_trees=24": {
+                 "retrain_every": 5_000, "window": 20_000, "n_deltas": 4, "n_edcs": 4, "num_trees": 24},
+             "retrain_every=4000;window=20000;n_deltas=4;n_edcs=4": {"retrain_every": 4_000, "window": 20_000,
+                                                                     "n_deltas": 4, "n_edcs": 4},
+             "retrain_every=5000;window=30000;n_deltas=4;n_edcs=4": {"retrain_every": 5_000, "window": 30_000,
+                                                                     "n_deltas": 4, "n_edcs": 4},
+             "retrain_every=5000;window=20000;n_deltas=4;n_edcs=2": {"retrain_every": 5_000, "window": 20_000,
+                                                                     "n_deltas": 4, "n_edcs": 2},
+             "retrain_every=5000;window=20000;n_deltas=2;n_edcs=4": {"retrain_every": 5_000, "window": 20_000,
+                                                                     "n_deltas": 2, "n_edcs": 4},
+             "retrain_every=5000;window=30000;n_deltas=4;n_edcs=2": {"retrain_every": 5_000, "window": 30_000,
+                                                                     "n_deltas": 4, "n_edcs": 2},
+             "retrain_every=5000;window=40000;n_deltas=4;n_edcs=2": {"retrain_every": 5_000, "window": 40_000,
+                                                                     "n_deltas": 4, "n_edcs": 2},
+             "retrain_every=4000;window=20000;n_deltas=4;n_edcs=2": {"retrain_every": 4_000, "window": 20_000,
+                                                                     "n_deltas": 4, "n_edcs": 2}}
+
+
+#: Settings of the features (``FeatureConfig``) a TRADEOFFS entry may change beside the model's.
+FEATURE_SETTINGS = ("n_deltas", "n_edcs")
 
 
 def config_for(trace, fraction: float, changes: dict):
     capacity = max(1, round(fraction * trace.distinct_keys))
-    return capacity, replace(learned_gap.variant_config("lightgbm", capacity, 0, trace), **changes)
+    config = learned_gap.variant_config("lightgbm", capacity, 0, trace)
+    features = {k: v for k, v in changes.items() if k in FEATURE_SETTINGS}
+    model = {k: v for k, v in changes.items() if k not in FEATURE_SETTINGS}
+    return capacity, replace(config, features=replace(config.features, **features), **model)
 
 
-def profile(trace, fraction: float) -> dict:
-    """Unprofiled time per request, then the parts under cProfile (us per request)."""
-    _, config = config_for(trace, fraction, {})
+def profile(trace, fraction: float, setting: str = "default") -> dict:
+    """Unprofiled time per request, then the parts under cProfile (us per request), of the
+    model ``setting`` (a TRADEOFFS name)."""
+    _, config = config_for(trace, fraction, TRADEOFFS[setting])
     start = time.perf_counter()
     model = replay_model(trace, config)
     wall = time.perf_counter() - start
@@ -104,12 +148,26 @@ def profile(trace, fraction: float) -> dict:
             parts[part] = 0.0
     n = len(trace)
     parts["other"] = total - sum(parts.values())
-    return {"trace": trace.name, "requests": n, "fraction": fraction, "fits": model.fits,
+    return {"setting": setting, "trace": trace.name, "requests": n, "fraction": fraction, "fits": model.fits,
             "us_per_request": wall / n * 1e6, "profiled_us_per_request": total / n * 1e6,
             "parts_us_per_request": {p: s / n * 1e6 for p, s in parts.items()}}
 
 
-def tradeoffs(traces, fractions, settings) -> list[dict]:
+def timed_pass(trace, config, cached: bool) -> dict:
+    """The model's answers over ``trace``, its time per request (wall and this thread's
+    CPU) and fits. ``cached``: through learned_gap's store of model passes (computed once,
+    then read: the time is the wall time measured when the pass ran; no CPU time, no fits)."""
+    if cached:
+        values, seconds = learned_gap.model_pass(trace, config)
+        return {"values": values, "us_per_request": seconds * 1e6, "cpu_us_per_request": None, "fits": None}
+    start, cpu = time.perf_counter(), time.thread_time()
+    model = replay_model(trace, config)
+    seconds, cpu = time.perf_counter() - start, time.thread_time() - cpu
+    return {"values": model.values, "us_per_request": seconds / len(trace) * 1e6,
+            "cpu_us_per_request": cpu / len(trace) * 1e6, "fits": model.fits}
+
+
+def tradeoffs(traces, fractions, settings, cached: bool = False) -> list[dict]:
     """Per cell: each setting's time per request and LARU's gap closed with it."""
     rows = []
     for trace in traces:
@@ -121,16 +179,14 @@ def tradeoffs(traces, fractions, settings) -> list[dict]:
                    "settings": {}}
             for name in settings:
                 _, config = config_for(trace, fraction, TRADEOFFS[name])
-                start, cpu = time.perf_counter(), time.thread_time()
-                model = replay_model(trace, config)
-                seconds, cpu = time.perf_counter() - start, time.thread_time() - cpu
-                misses = len(trace) - int(native_replay(trace, "laru", capacity, model.values, mode="async").hits.sum())
-                cell = row["settings"][name] = {
-                    "misses": misses, "us_per_request": seconds / len(trace) * 1e6,
-                    "cpu_us_per_request": cpu / len(trace) * 1e6, "fits": model.fits,
-                    "gap_closed": (lru - misses) / (lru - opt) if lru > opt else 0.0}
+                cell = timed_pass(trace, config, cached)
+                values = cell.pop("values")
+                misses = len(trace) - int(native_replay(trace, "laru", capacity, values, mode="async").hits.sum())
+                cell.update(misses=misses, gap_closed=(lru - misses) / (lru - opt) if lru > opt else 0.0)
+                row["settings"][name] = cell
                 print(f"{trace.name[:24]:24s} {fraction:4.0%} {name:38s} {cell['us_per_request']:7.1f} us/req "
-                      f"(cpu {cell['cpu_us_per_request']:6.1f})  gap {cell['gap_closed']:+.1%}", flush=True)
+                      f"(cpu {cell['cpu_us_per_request'] or float('nan'):6.1f})  gap {cell['gap_closed']:+.1%}",
+                      flush=True)
             rows.append(row)
     return rows
 
@@ -139,7 +195,8 @@ def summarize_tradeoffs(rows: list[dict], settings) -> dict:
     """Per setting: mean time per request (wall and this thread's CPU), mean gap closed, and
     the worst cell (its misses over LRU's, minus one; as ``learned_gap.summarize``)."""
     def mean(name, field):
-        return float(np.mean([r["settings"][name][field] for r in rows]))
+        values = [r["settings"][name][field] for r in rows]
+        return None if None in values else float(np.mean(values))
 
     return {name: {"mean_us_per_request": mean(name, "us_per_request"),
                    "mean_cpu_us_per_request": mean(name, "cpu_us_per_request"),
@@ -157,7 +214,10 @@ def main() -> None:
     parser.add_argument("--fraction", type=float, default=0.05, help="cache size, share of the distinct keys")
     parser.add_argument("--tradeoffs", action="store_true", help="measure TRADEOFFS instead of the profile")
     parser.add_argument("--fractions", default="0.01,0.05,0.1", help="--tradeoffs: cache sizes")
-    parser.add_argument("--settings", default=",".join(TRADEOFFS), help="--tradeoffs: names in TRADEOFFS")
+    parser.add_argument("--cached", action="store_true",
+                        help="--tradeoffs: model passes through learned_gap's store (reused, and kept for it); "
+                             "times as measured when a pass ran")
+    parser.add_argument("--settings", help="names in TRADEOFFS (default: all with --tradeoffs, else default)")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "model_cost.json"))
     parser.add_argument("--setting", help="the results file's entry to write (default: profile or tradeoffs)")
     args = parser.parse_args()
@@ -168,20 +228,21 @@ def main() -> None:
 
     result = {"command": " ".join(sys.argv), "machine": machine_description(), "lcr": str(Path(lcr.__file__).parent),
               "max_requests": args.max_requests}
+    settings = args.settings.split(",") if args.settings else list(TRADEOFFS) if args.tradeoffs else ["default"]
+    unknown = [name for name in settings if name not in TRADEOFFS]
+    if unknown:
+        parser.error(f"--settings: unknown {', '.join(unknown)}; valid: {', '.join(TRADEOFFS)}")
     if args.tradeoffs:
-        settings = args.settings.split(",")
-        unknown = [name for name in settings if name not in TRADEOFFS]
-        if unknown:
-            parser.error(f"--settings: unknown {', '.join(unknown)}; valid: {', '.join(TRADEOFFS)}")
-        rows = tradeoffs(traces, [float(f) for f in args.fractions.split(",")], settings)
+        rows = tradeoffs(traces, [float(f) for f in args.fractions.split(",")], settings, args.cached)
         result.update(rows=rows, summary=summarize_tradeoffs(rows, settings))
         for name, s in result["summary"].items():
-            print(f"{name:38s} {s['mean_us_per_request']:7.1f} us/req (cpu {s['mean_cpu_us_per_request']:6.1f})  "
+            print(f"{name:38s} {s['mean_us_per_request']:7.1f} us/req (cpu {s['mean_cpu_us_per_request'] or float('nan'):6.1f})  "
                   f"mean gap closed {s['mean_gap_closed']:+.2%}  worst cell {s['worst_extra_misses_vs_lru']:+.2%}")
     else:
-        result["profiles"] = [profile(trace, args.fraction) for trace in traces]
+        result["profiles"] = [profile(trace, args.fraction, name) for name in settings for trace in traces]
         for p in result["profiles"]:
-            print(f"{p['trace'][:28]:28s} {p['us_per_request']:6.1f} us/req ({p['fits']} fits); profiled: " +
+            print(f"{p['setting'][:24]:24s} {p['trace'][:28]:28s} {p['us_per_request']:6.1f} us/req ({p['fits']} fits); "
+                  "profiled: " +
                   ", ".join(f"{k} {v:.1f}" for k, v in p["parts_us_per_request"].items()))
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     update_entry(args.out, args.setting or ("tradeoffs" if args.tradeoffs else "profile"), result)
