@@ -115,9 +115,11 @@ TRADEOFFS = {"default": {}, "retrain_every=10000": {"retrain_every": 10_000}, "w
 FEATURE_SETTINGS = ("n_deltas", "n_edcs")
 
 
-def config_for(trace, fraction: float, changes: dict):
+def config_for(trace, fraction: float, changes: dict, seed: int = 0):
+    """``(capacity, config)``: the default model for a cache of ``fraction`` of the keys
+    with ``changes`` (a TRADEOFFS entry's) applied."""
     capacity = max(1, round(fraction * trace.distinct_keys))
-    config = learned_gap.variant_config("lightgbm", capacity, 0, trace)
+    config = learned_gap.variant_config("lightgbm", capacity, seed, trace)
     features = {k: v for k, v in changes.items() if k in FEATURE_SETTINGS}
     model = {k: v for k, v in changes.items() if k not in FEATURE_SETTINGS}
     return capacity, replace(config, features=replace(config.features, **features), **model)
@@ -167,7 +169,7 @@ def timed_pass(trace, config, cached: bool) -> dict:
             "cpu_us_per_request": cpu / len(trace) * 1e6, "fits": model.fits}
 
 
-def tradeoffs(traces, fractions, settings, cached: bool = False) -> list[dict]:
+def tradeoffs(traces, fractions, settings, cached: bool = False, seed: int = 0) -> list[dict]:
     """Per cell: each setting's time per request and LARU's gap closed with it."""
     rows = []
     for trace in traces:
@@ -178,7 +180,7 @@ def tradeoffs(traces, fractions, settings, cached: bool = False) -> list[dict]:
             row = {"trace": trace.name, "fraction": fraction, "capacity": capacity, "lru": lru, "opt": opt,
                    "settings": {}}
             for name in settings:
-                _, config = config_for(trace, fraction, TRADEOFFS[name])
+                _, config = config_for(trace, fraction, TRADEOFFS[name], seed)
                 cell = timed_pass(trace, config, cached)
                 values = cell.pop("values")
                 misses = len(trace) - int(native_replay(trace, "laru", capacity, values, mode="async").hits.sum())
@@ -214,6 +216,7 @@ def main() -> None:
     parser.add_argument("--fraction", type=float, default=0.05, help="cache size, share of the distinct keys")
     parser.add_argument("--tradeoffs", action="store_true", help="measure TRADEOFFS instead of the profile")
     parser.add_argument("--fractions", default="0.01,0.05,0.1", help="--tradeoffs: cache sizes")
+    parser.add_argument("--seed", type=int, default=0, help="--tradeoffs: the models' seed (sampling, LightGBM)")
     parser.add_argument("--cached", action="store_true",
                         help="--tradeoffs: model passes through learned_gap's store (reused, and kept for it); "
                              "times as measured when a pass ran")
@@ -233,7 +236,7 @@ def main() -> None:
     if unknown:
         parser.error(f"--settings: unknown {', '.join(unknown)}; valid: {', '.join(TRADEOFFS)}")
     if args.tradeoffs:
-        rows = tradeoffs(traces, [float(f) for f in args.fractions.split(",")], settings, args.cached)
+        rows = tradeoffs(traces, [float(f) for f in args.fractions.split(",")], settings, args.cached, args.seed)
         result.update(rows=rows, summary=summarize_tradeoffs(rows, settings))
         for name, s in result["summary"].items():
             print(f"{name:38s} {s['mean_us_per_request']:7.1f} us/req (cpu {s['mean_cpu_us_per_request'] or float('nan'):6.1f})  "
