@@ -35,7 +35,8 @@ ROOT = Path(__file__).resolve().parents[1]
 BEST_LARU = {"b": 1.05, "credit": True, "guard": 0.005, "intervals": True}
 BEST_EXPERTS = ["intervals", "decay"]  # what intervals=1 runs
 BEST_INTERVAL_WEIGHT = 0.25  # the newest interval's weight in the interval expert's smoothing
-BEST_SCHEDULE = {"retrain_every": 2_500, "window": 80_000}
+BEST_SCHEDULE = {"retrain_every": 5_000, "window": 20_000}
+BEST_FEATURES = {"n_deltas": 4, "n_edcs": 2}
 BEST_MODEL = {"objective": "belady", "rank": "probability", "boundary_fractions": (1.0, 0.5, 0.25)}
 # What the paper's experiments and bound are about: Algorithm 1 as written.
 ALGORITHM_1 = {"b": 2.0, "credit": False, "guard": None, "intervals": False}
@@ -63,6 +64,7 @@ def test_lightgbm_schedule_default_is_the_measured_best():
     config = learned_config("lightgbm", capacity=700)
     assert {name: getattr(config, name) for name in BEST_SCHEDULE} == BEST_SCHEDULE
     assert {name: getattr(config, name) for name in BEST_MODEL} == BEST_MODEL
+    assert {name: getattr(config.features, name) for name in BEST_FEATURES} == BEST_FEATURES
     # The name's options still set the schedule; the other models keep theirs.
     assert learned_config("lightgbm:window=30000").window == 30_000
     for name in ("lightgbm-compact", "lightgbm-weak"):
@@ -106,7 +108,7 @@ def test_lcr_sim_laru_with_lightgbm_runs_the_measured_best(tmp_path):
     assert "interval_evictions" in default["stats"]  # the interval expert ran
     assert "interval_evictions" not in rows[paper.replace(";", ",")]["stats"]
     [settings] = [json.loads(p.read_text()) for p in (tmp_path / "passes").glob("*.json")]
-    assert "retrain_every=2500, window=80000" in settings["config"]
+    assert "retrain_every=5000, window=20000" in settings["config"] and "n_deltas=4, n_edcs=2" in settings["config"]
     assert "objective='belady', rank='probability'" in settings["config"]
 
 

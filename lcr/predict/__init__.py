@@ -27,12 +27,14 @@ LEARNED_PREDICTORS = ("lightgbm", "lightgbm-compact", "lightgbm-weak")
 QUERY_MODES = ("sync", "async")
 #: Settings a learned model's name may carry (``LightGBMConfig`` fields): its schedule.
 LEARNED_OPTIONS = ("retrain_every", "window")
-#: ``lightgbm``'s schedule unless its name sets one: a fit every 2,500 accesses on up to
-#: 80,000 samples, the measured best with LARU's defaults (docs/predictor.md, "Learned
-#: eviction": `belady-p-fresh`; tests/test_defaults.py). About 2.4x the model time per
-#: request of ``LightGBMConfig``'s 5,000 / 40,000, which the compact and weak models and
-#: the shared service (``lcr serve-predictor``) keep.
-LIGHTGBM_SCHEDULE = MappingProxyType({"retrain_every": 2_500, "window": 80_000})
+#: ``lightgbm``'s schedule unless its name sets one, and its features: a fit every 5,000
+#: accesses on up to 20,000 samples, over a key's last 4 intervals and 2 decayed counts.
+#: With LARU's defaults that is as good as the 2,500 / 80,000 schedule over 16 + 8 features
+#: at a seventh of the model's time per request (docs/predictor.md, "Cost";
+#: tests/test_defaults.py). The compact and weak models and the shared service
+#: (``lcr serve-predictor``) keep ``LightGBMConfig``'s own 5,000 / 40,000.
+LIGHTGBM_SCHEDULE = MappingProxyType({"retrain_every": 5_000, "window": 20_000})
+LIGHTGBM_FEATURES = MappingProxyType({"n_deltas": 4, "n_edcs": 2})
 PREDICTOR_HELP = (f"{', '.join(EXPERIMENT_PREDICTORS)} or {', '.join(LEARNED_PREDICTORS)}; "
                   f"after a colon, ';'-separated: sync or async, and for a learned model {'=N, '.join(LEARNED_OPTIONS)}=N "
                   f"(e.g. lightgbm:async;window=80000)")
@@ -128,7 +130,7 @@ def learned_config(predictor: "str | PredictorSpec", seed: int = 0, trace: Trace
 
     ``lightgbm`` is the relaxed-Belady classifier ranked by its probability, with its
     boundary for a cache of ``capacity`` keys (None: ``capacity_fraction`` of the keys seen)
-    and ``LIGHTGBM_SCHEDULE``, the model docs/predictor.md measures; given a trace, it also
+    ``LIGHTGBM_SCHEDULE`` and ``LIGHTGBM_FEATURES``, the model docs/predictor.md measures; given a trace, it also
     reads the static metadata the trace carries (``lcr.traces.static``). ``lightgbm-compact`` is the paper's
     four-feature DLRM model and ``lightgbm-weak`` the robustness model (one tree, one
     feature), both regressions on the time to the next access, the same for every size."""
@@ -144,7 +146,8 @@ def learned_config(predictor: "str | PredictorSpec", seed: int = 0, trace: Trace
     settings = {**BELADY_CLASSIFIER, "capacity": capacity, **LIGHTGBM_SCHEDULE} if full else {}
     # Fits run inline in the simulator so that a replay is reproducible.
     return LightGBMConfig(seed=seed, background=False, weak=spec.kind == "lightgbm-weak",
-                          features=FeatureConfig(mode="full" if full else "compact", static_fields=static),
+                          features=FeatureConfig(mode="full" if full else "compact", static_fields=static,
+                                                 **(LIGHTGBM_FEATURES if full else {})),
                           **{**settings, **dict(spec.options)})
 
 
@@ -166,5 +169,5 @@ def make_learned_predictor(predictor: "str | PredictorSpec", trace: Trace, seed:
 
 
 __all__ = ["Predictor", "ArrayPredictor", "PredictorSpec", "PREDICTOR_HELP", "EXPERIMENT_PREDICTORS",
-           "LEARNED_PREDICTORS", "LEARNED_OPTIONS", "LIGHTGBM_SCHEDULE", "make_predictor", "make_predictions", "learned_config",
+           "LEARNED_PREDICTORS", "LEARNED_OPTIONS", "LIGHTGBM_SCHEDULE", "LIGHTGBM_FEATURES", "make_predictor", "make_predictions", "learned_config",
            "oracle_predictions", "true_next_times"]
