@@ -1,10 +1,12 @@
 """The defaults are the measured best (issue 40, item 2): ``lcr sim TRACE --predictor lightgbm
 --policies laru`` and ``python benchmarks/learned_gap.py`` with no flags run the setting that
 docs/predictor.md ("Learned eviction") measured best on learned_gap's tuning half: LARU
-``b=1.05;credit=1;guard=0.005;intervals=1`` (margin 0.03) over the relaxed-Belady
-classifier refitted every 2,500 accesses on up to 80,000 samples (the experts: 48.6% of
-the LRU->OPT gap against 47.8% with the interval expert alone, 17 of 33 cells at or above
-the best heuristic against 16, ``benchmarks/learned_gap_ideas.py``, 2026-11-28).
+``b=1.05;credit=1;guard=0.005;intervals=1`` (both experts, the interval one smoothing with
+weight 1/4, their shadows' window the whole cache; 51.8% of the LRU->OPT gap against 48.6%
+with the old expert rule, ``benchmarks/laru_rule_steps.py`` on branch laru-rule-steps) over
+the relaxed-Belady classifier refitted every 5,000 accesses on up to 20,000 samples over 4
+intervals and 2 decayed counts (51.77% at 6.1 us per request against 51.81% at 45.3 us for
+2,500 / 80,000 over 16 + 8, ``benchmarks/model_cost.py --tradeoffs``, 2026-11-28).
 
 A change of a default away from these fails here: re-measure, then change the record.
 The paper's Algorithm 1 stays reachable with explicit parameters (``PAPER_RULE``).
