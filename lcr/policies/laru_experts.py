@@ -1,5 +1,5 @@
-"""LARU's heuristic experts (lcr's extension, not in the paper): rankings of its window
-that need no model, for what a boundary classifier is blind to.
+"""LARU's heuristic experts (lcr's extension, not in the paper): rankings of the cached
+keys that need no model, for what a boundary classifier is blind to.
 
 - ``intervals``: each key is expected back one interval after its last access (last
   access + its smoothed interval, +inf after a single access). That is what OPT does on
