@@ -264,7 +264,7 @@ def test_learned_names_are_the_measured_models_with_their_schedule():
     """``lightgbm`` is docs/predictor.md's model: the relaxed-Belady classifier ranked by its
     probability, its boundary for the cache it serves; the name's options set its schedule.
     The compact and weak models stay the paper's regressions, one model for every size."""
-    from lcr.predict import learned_config
+    from lcr.predict import LIGHTGBM_FEATURES, LIGHTGBM_SCHEDULE, learned_config
     from lcr.predict.lightgbm_model import LightGBMConfig
 
     c = learned_config("lightgbm:async;retrain_every=2500;window=80000", seed=3, capacity=700)
@@ -272,7 +272,10 @@ def test_learned_names_are_the_measured_models_with_their_schedule():
         ("belady", "probability", 700, 2500, 80000, 3)
     assert c.boundary_fractions == LightGBMConfig().boundary_fractions and c.features.mode == "full"
     default = learned_config("lightgbm")  # the measured best schedule (tests/test_defaults.py)
-    assert (default.retrain_every, default.window, default.capacity) == (2500, 80000, None)
+    assert (default.retrain_every, default.window, default.capacity) == \
+        (LIGHTGBM_SCHEDULE["retrain_every"], LIGHTGBM_SCHEDULE["window"], None)
+    assert (default.features.n_deltas, default.features.n_edcs) == \
+        (LIGHTGBM_FEATURES["n_deltas"], LIGHTGBM_FEATURES["n_edcs"])
     for name in ("lightgbm-compact", "lightgbm-weak"):
         c = learned_config(name, capacity=700)
         assert (c.objective, c.rank, c.capacity, c.features.mode) == ("regression", "time", None, "compact")
