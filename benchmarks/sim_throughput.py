@@ -35,6 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
+from lcr.policies.laru import PAPER_RULE
 from lcr.predict.experimental import oracle_predictions
 from lcr.sim.native import native_replay
 from results_file import update_entry
@@ -73,8 +74,6 @@ def lcr_runs(trace: Trace, capacity: int) -> dict:
 
 
 def laru_rule_runs(trace: Trace) -> dict:
-    from lcr.policies.laru import PAPER_RULE
-
     oracle = oracle_predictions(trace, 0.0)
     return {"laru (default)": ("laru", oracle, {}), "laru (no experts)": ("laru", oracle, {"intervals": 0}),
             "laru (paper's rule)": ("laru", oracle, dict(PAPER_RULE))}

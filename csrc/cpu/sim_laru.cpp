@@ -203,7 +203,7 @@ private:
     }
 
     static constexpr double kInf = std::numeric_limits<double>::infinity();
-    static constexpr double kWeight = 0.25;  // IntervalRanks.weight: the newest interval's
+    static constexpr double kWeight = 0.25;  // IntervalRanks.weight: the newest interval's weight
     const Predictions counted_nowhere_{nullptr, false};  // the ranks come with each access
     Kind kind_;
     double tau_;
