@@ -93,11 +93,11 @@ def test_laru_with_oracle_predictions_equals_opt_on_real_traces(name):
         assert misses(trace, "laru", capacity) == misses(trace, "laru", capacity, **PAPER_RULE) == opt
 
 
-def test_laru_follows_the_interval_expert_on_a_loop_where_answers_tie():
+def test_laru_follows_an_interval_expert_on_a_loop_where_answers_tie():
     """On a loop every key has the same interval, so answers that carry no information tie
-    and LARU is LRU (no hit at all); the interval expert evicts the key requested last,
-    as OPT does. With ``intervals=1`` LARU follows it once its shadow misses less than
-    the predictions' shadow (``test_laru_interval_lead_rule``): most of OPT's hits."""
+    and LARU is LRU (no hit at all); the interval experts evict the key requested last,
+    as OPT does. With ``intervals=1`` LARU follows one once its shadow misses less than
+    the predictions' shadow (``test_laru_expert_lead_rule``): most of OPT's hits."""
     trace = generate("loop:requests=6000,keys=300")
     constant = np.zeros(len(trace))
     params = dict(mode="async", b=1.05, credit=1, guard=0.005)
@@ -107,14 +107,15 @@ def test_laru_follows_the_interval_expert_on_a_loop_where_answers_tie():
         assert replay(trace, plain, predictor).hits.sum() == 0
         following, predictor = build("laru", trace, capacity, constant, intervals=1, **params)
         hits = replay(trace, following, predictor).hits.sum()
-        assert hits >= 0.85 * opt_hits and following.stats.extra["interval_evictions"] > 0
-        (_, by_interval), _ = following.experts
-        assert by_interval.stats.misses < following.predicted_shadow.stats.misses == len(trace)  # LRU's, fewer
+        assert hits >= 0.85 * opt_hits and following.stats.extra["expert_evictions"] > 0
+        (_, by_interval), _, (_, by_first) = following.experts
+        assert max(by_interval.stats.misses, by_first.stats.misses) < following.predicted_shadow.stats.misses
+        assert following.predicted_shadow.stats.misses == len(trace)  # LRU's
     # Where the predictions are right (oracle) their shadow leads and the expert is never followed.
     trace = generate("zipf:requests=6000,keys=800,alpha=0.9,seed=1")
     following, predictor = build("laru", trace, 60, intervals=1, **params)
     replay(trace, following, predictor)
-    assert following.stats.extra["interval_evictions"] == 0
+    assert following.stats.extra["expert_evictions"] == 0
     assert following.stats.misses == misses(trace, "opt", 60)
 
 
@@ -124,19 +125,21 @@ def test_laru_expert_lead_rule(interval_misses, leads):
     (1,000 misses here): a tie keeps the predictions."""
     trace = generate("zipf:requests=100,keys=20,alpha=0.9,seed=1")
     policy, _ = build("laru", trace, 30, intervals=1)
-    (expert, by_interval), (_, by_decay) = policy.experts
-    policy.predicted_shadow.stats.misses, by_interval.stats.misses, by_decay.stats.misses = 1000, interval_misses, 1000
+    (expert, by_interval), (_, by_decay), (_, by_first) = policy.experts
+    policy.predicted_shadow.stats.misses, by_interval.stats.misses = 1000, interval_misses
+    by_decay.stats.misses = by_first.stats.misses = 1000
     assert policy._leading_expert() is (expert if leads else None)
 
 
-@pytest.mark.parametrize("misses, leader", [((900, 800), "decay"), ((800, 800), "intervals"),
-                                            ((800, 900), "intervals"), ((1000, 1000), None), ((1001, 999), "decay")])
+@pytest.mark.parametrize("misses, leader", [((900, 800, 1000), "decay"), ((800, 800, 800), "intervals"),
+                                            ((800, 900, 800), "intervals"), ((1000, 1000, 1000), None),
+                                            ((1001, 999, 999), "decay"), ((900, 900, 899), "first")])
 def test_laru_follows_the_expert_whose_shadow_missed_least(misses, leader):
     """Of several experts the one with the fewest shadow misses is the candidate (the first
-    listed on ties: intervals, decay); it leads only if it beats the predictions."""
+    listed on ties: intervals, decay, first); it leads only if it beats the predictions."""
     trace = generate("zipf:requests=100,keys=20,alpha=0.9,seed=1")
     policy, _ = build("laru", trace, 5, intervals=1)
-    assert [expert.name for expert, _ in policy.experts] == ["intervals", "decay"]
+    assert [expert.name for expert, _ in policy.experts] == ["intervals", "decay", "first"]
     policy.predicted_shadow.stats.misses = 1000
     for (_, shadow), m in zip(policy.experts, misses):
         shadow.stats.misses = m
@@ -144,10 +147,11 @@ def test_laru_follows_the_expert_whose_shadow_missed_least(misses, leader):
     assert (chosen.name if chosen else None) == leader
 
 
-@pytest.mark.parametrize("which", [0, 1], ids=["intervals", "decay"])
+@pytest.mark.parametrize("which", [0, 1, 2], ids=["intervals", "decay", "first"])
 def test_laru_expert_shadows_serve_exactly_the_caches_requests(which):
     """Each expert's shadow is the LARU its expert alone would be on the whole trace: same
-    misses and same contents at every request. A shadow fed other requests than the cache
+    misses and same contents at every request, and the expert hears each of its shadow's
+    evictions (the same ranks at the end). A shadow fed other requests than the cache
     (only the cache's misses, say) drifts from it."""
     from lcr.policies.laru_experts import EXPERTS
 
@@ -156,29 +160,35 @@ def test_laru_expert_shadows_serve_exactly_the_caches_requests(which):
     policy, predictor = build("laru", trace, capacity, np.zeros(len(trace)), mode="async", **{**params, "intervals": 1})
     expert = EXPERTS[which](capacity)
     alone = LARU(capacity, expert, "sync", **params, shrink_every=WHOLE_CACHE)
-    _, shadow = policy.experts[which]
+    in_policy, shadow = policy.experts[which]
     for t, key in enumerate(trace.keys.tolist()):
         predictor.observe(key, t)
         policy.access(key, t)
         expert.on_access(key, t)
         alone.access(key, t)
+        if alone.last_evicted is not None:
+            expert.on_shadow_eviction(alone.last_evicted)
         assert set(shadow) == set(alone), (expert.name, t)
     assert shadow.stats.misses == alone.stats.misses
+    keys = sorted(set(trace.keys.tolist()))
+    assert in_policy.predict(keys, len(trace)) == expert.predict(keys, len(trace))
 
 
-@pytest.mark.parametrize("workload", ["zipf:requests=8000,keys=2000,alpha=1.0,seed=5",
-                                      "scan:requests=8000,hot_keys=150,scan_length=400,scan_every=900,seed=5"])
-def test_laru_follows_its_frequency_expert_where_answers_carry_nothing(workload):
-    """Constant answers make plain LARU exactly LRU; with its experts it follows the
-    frequency expert's shadow on a skewed popularity (with scans or without), which
-    misses least there, and misses less than LRU."""
+@pytest.mark.parametrize("workload, leader", [("zipf:requests=8000,keys=2000,alpha=1.0,seed=5", "decay"),
+                                              ("scan:requests=8000,hot_keys=150,scan_length=400,scan_every=900,seed=5",
+                                               "first")])
+def test_laru_follows_its_heuristic_experts_where_answers_carry_nothing(workload, leader):
+    """Constant answers make plain LARU exactly LRU; with its experts it follows the one
+    whose shadow misses least, and misses less than LRU: on a skewed popularity the
+    frequency expert; with scans the first-seen one (a scan's keys, each seen once, go
+    newest first and leave the hot keys be)."""
     trace = generate(workload)
     lru = misses(trace, "lru", 60)
     policy, predictor = build("laru", trace, 60, np.zeros(len(trace)), mode="async")
     got = replay(trace, policy, predictor).stats["misses"]
-    (_, by_interval), (_, by_decay) = policy.experts
-    assert by_decay.stats.misses < min(by_interval.stats.misses, policy.predicted_shadow.stats.misses)
-    assert policy.predicted_shadow.stats.misses == lru and policy._leading_expert().name == "decay"
+    by_name = {expert.name: shadow.stats.misses for expert, shadow in policy.experts}
+    assert by_name[leader] < min(misses for name, misses in by_name.items() if name != leader)
+    assert policy.predicted_shadow.stats.misses == lru and policy._leading_expert().name == leader
     assert got < 0.97 * lru
 
 
@@ -191,7 +201,7 @@ def test_laru_follows_the_predictions_while_the_shadows_tie(mode):
     policy, predictor = build("laru", trace, 2, mode=mode, intervals=1)
     run = replay(trace, policy, predictor, record_evictions=True)
     assert run.evicted[3] == 1 and policy.stats.misses == misses(trace, "opt", 2) == 4
-    assert policy.stats.extra["interval_evictions"] == 0
+    assert policy.stats.extra["expert_evictions"] == 0
 
 
 def test_interval_expert_ranks_by_the_smoothed_interval():
@@ -206,6 +216,43 @@ def test_interval_expert_ranks_by_the_smoothed_interval():
     assert expert.predict([7, 8], 15) == [22.5, math.inf]
 
 
+def test_first_seen_expert_keeps_a_passs_first_keys_until_its_shadow_drops_them():
+    """Keys seen once rank after every key with an interval, the newest first (2**52 + the
+    access); one the expert's shadow evicted ranks +inf (first out); a key with an
+    interval keeps its rank whatever the shadow does."""
+    from lcr.policies.laru_experts import FirstSeenRanks
+
+    expert = FirstSeenRanks(4)
+    for t, key in ((0, 7), (1, 8), (2, 9), (10, 7)):
+        expert.on_access(key, t)
+    seen_once = FirstSeenRanks.SEEN_ONCE
+    assert expert.predict([7, 8, 9], 11) == [20.0, seen_once + 1, seen_once + 2]
+    assert expert.pick_victim([7, 8, 9]) == 9  # the newest key seen once
+    expert.on_shadow_eviction(8)
+    expert.on_shadow_eviction(7)
+    assert expert.predict([7, 8, 9], 11) == [20.0, math.inf, seen_once + 2]
+    assert expert.pick_victim([7, 8, 9]) == 8
+
+
+def test_laru_following_the_first_seen_expert_keeps_a_loops_first_keys():
+    """On a loop longer than the cache the first-seen expert's shadow keeps the first pass's
+    first keys and hits them in the second pass, as LIRS and OPT do; the interval expert's
+    shadow (LRU over keys seen once) holds the pass's last keys, gone before the next pass
+    reaches them, and hits nothing until the third pass."""
+    trace = generate("loop:requests=900,keys=300")
+    policy, predictor = build("laru", trace, 30, np.zeros(len(trace)), mode="async")
+    hits_by_pass = {}
+    for t, key in enumerate(trace.keys.tolist()):
+        predictor.observe(key, t)
+        before = [shadow.stats.hits for _, shadow in policy.experts]
+        policy.access(key, t)
+        for (expert, shadow), hits in zip(policy.experts, before):
+            hits_by_pass.setdefault((expert.name, t // 300), 0)
+            hits_by_pass[expert.name, t // 300] += shadow.stats.hits - hits
+    assert hits_by_pass["first", 1] >= 28 and hits_by_pass["intervals", 1] == 0
+    assert policy._leading_expert().name == "first"
+
+
 def test_laru_follows_its_leading_expert_over_the_whole_cache():
     """Where the predictions would choose in a window of 2, the leading expert chooses
     among all cached keys: here key 4, its largest rank (back at 8), not key 2 (the
@@ -216,11 +263,12 @@ def test_laru_follows_its_leading_expert_over_the_whole_cache():
         predictor.observe(key, t)
         policy.access(key, t)
     policy.old, policy.lam = {1, 2, 3, 4}, 0.5  # mid-phase, window 2
-    (_, by_interval), (_, by_decay) = policy.experts
-    policy.predicted_shadow.stats.misses, by_interval.stats.misses, by_decay.stats.misses = 1000, 0, 1000
+    (_, by_interval), (_, by_decay), (_, by_first) = policy.experts
+    policy.predicted_shadow.stats.misses, by_interval.stats.misses = 1000, 0
+    by_decay.stats.misses = by_first.stats.misses = 1000
     predictor.observe(5, 8)
     policy.access(5, 8)
-    assert policy.last_evicted == 4 and policy.stats.extra["interval_evictions"] == 1
+    assert policy.last_evicted == 4 and policy.stats.extra["expert_evictions"] == 1
 
 
 def test_laru_expert_shadows_keep_the_whole_cache_as_window():
@@ -229,7 +277,7 @@ def test_laru_expert_shadows_keep_the_whole_cache_as_window():
     trace = generate("loop:requests=3000,keys=100")
     policy, predictor = build("laru", trace, 30, np.zeros(len(trace)), mode="async", b=2.0, credit=0)
     replay(trace, policy, predictor)
-    (_, by_interval), _ = policy.experts
+    (_, by_interval), _, _ = policy.experts
     assert by_interval.stats.extra["prediction_induced_misses"] > 0
     assert all(shadow.lam == 1.0 for _, shadow in policy.experts)
 

@@ -55,6 +55,9 @@ public:
         push_newest(id, rank);
     }
 
+    // Give `id` (present) a new rank, keeping its place in the recency order.
+    void rerank(int32_t id, double rank) { set_leaf(pos_of_[id], order_key(rank), 1); }
+
     int32_t oldest() const {
         int64_t i = 1;
         while (i < leaves_) i = count_[2 * i] ? 2 * i : 2 * i + 1;

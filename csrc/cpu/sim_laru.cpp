@@ -21,10 +21,10 @@ struct LaruParams {
     int64_t shrink_every = 1;
     bool credit = false;  // lambda grows back by b on hits LRU would have missed
     double guard = -1;    // >= 0: miss budget against LRU, (1 + guard) x its misses; < 0: off
-    // The heuristic experts (lcr.policies.laru_experts: intervals, then decay).
+    // The heuristic experts (lcr.policies.laru_experts: intervals, decay, first).
     bool intervals = false;
 
-    int64_t n_experts() const { return intervals ? 2 : 0; }
+    int64_t n_experts() const { return intervals ? 3 : 0; }
     LaruParams without_experts() const {
         LaruParams p = *this;
         p.intervals = false;
@@ -58,6 +58,11 @@ public:
     }
 
     int64_t misses() const { return misses_; }
+
+    // Expert `e` re-ranked `id` (lcr.policies.laru_experts.ExpertRanks.on_shadow_eviction).
+    void rerank(int64_t e, int32_t id, double rank) {
+        if (by_expert_[e].contains(id)) by_expert_[e].rerank(id, rank);
+    }
 
     // A request of `id`: `rank` is its new rank, `expert_ranks[e]` the one in expert e's
     // tree; `leader()` (an expert's index, or -1 for the predictions) is asked at a window
@@ -129,7 +134,7 @@ private:
             const int64_t e = by_expert_.empty() ? -1 : leader();
             if (e >= 0) {
                 victim = by_expert_[e].largest();  // over the whole cache
-                c_.interval_evictions += e == 0;  // the interval expert is listed first
+                ++c_.expert_evictions;
             }
             key_[victim].predicted_out_in = phase;
         }
@@ -162,7 +167,7 @@ private:
 // One heuristic expert (lcr.policies.laru_experts) and its shadow LARU.
 class Expert {
 public:
-    enum Kind { kIntervals, kDecay };
+    enum Kind { kIntervals, kDecay, kFirst };
 
     Expert(Kind kind, int64_t k, int64_t n_ids, const LaruParams& params, Counters& counters)
         : kind_(kind), tau_(10 * static_cast<double>(k) / std::log(2.0)),  // halves every 10 k requests
@@ -171,11 +176,14 @@ public:
         value_.assign(n_ids, 0.0);
     }
 
-    // The expert's rank of request t, then the shadow serves it with that rank.
+    // The expert's rank of request t, then the shadow serves it with that rank. Returns
+    // the rank, and in `reranked` a key whose rank the shadow's eviction changed to +inf
+    // (FirstSeenRanks.on_shadow_eviction: a key seen once that the shadow dropped), or -1.
     template <class Never>
-    double access(int32_t id, int64_t t, Never&& never) {
+    double access(int32_t id, int64_t t, Never&& never, int32_t& reranked) {
         const double r = rank(id, t);
-        shadow_.access(id, r, nullptr, never);
+        const int32_t victim = shadow_.access(id, r, nullptr, never).victim;
+        reranked = kind_ == kFirst && victim >= 0 && value_[victim] == 0 ? victim : -1;
         return r;
     }
     int64_t misses() const { return shadow_.misses(); }
@@ -183,10 +191,11 @@ public:
 private:
     double rank(int32_t id, int64_t t) {
         switch (kind_) {
-            case kIntervals: {  // last access + the smoothed interval, +inf after one access
+            case kIntervals:  // last access + the smoothed interval, +inf after one access
+            case kFirst: {    // the same, but SEEN_ONCE + t after one access (newest first)
                 const int64_t previous = last_[id];
                 last_[id] = t;
-                if (previous < 0) return kInf;
+                if (previous < 0) return kind_ == kFirst ? kSeenOnce + static_cast<double>(t) : kInf;
                 const auto interval = static_cast<double>(t - previous);  // >= 1: 0 marks "none yet"
                 double& smoothed = value_[id];
                 smoothed = smoothed == 0 ? interval : (1 - kWeight) * smoothed + kWeight * interval;
@@ -204,6 +213,7 @@ private:
 
     static constexpr double kInf = std::numeric_limits<double>::infinity();
     static constexpr double kWeight = 0.25;  // IntervalRanks.weight: the newest interval's weight
+    static constexpr double kSeenOnce = 4503599627370496.0;  // FirstSeenRanks.SEEN_ONCE, 2^52
     const Predictions counted_nowhere_{nullptr, false};  // the ranks come with each access
     Kind kind_;
     double tau_;
@@ -232,7 +242,7 @@ void run_laru(const Requests& req, Recorder& rec, Counters& c, int64_t k, const 
     LaruCache predicted(k, req.n_ids, params.without_experts(), pred, shadow_counters[0], 0);
     std::vector<Expert> experts;
     experts.reserve(n_experts);  // each shadow keeps a reference to its counters: no reallocation
-    for (const Expert::Kind kind : {Expert::kIntervals, Expert::kDecay})
+    for (const Expert::Kind kind : {Expert::kIntervals, Expert::kDecay, Expert::kFirst})
         experts.emplace_back(kind, k, req.n_ids, params, shadow_counters[experts.size() + 1]);
     auto leader = [&]() -> int64_t {  // lcr.policies.laru.LARU._leading_expert
         int64_t best = 0;
@@ -243,7 +253,11 @@ void run_laru(const Requests& req, Recorder& rec, Counters& c, int64_t k, const 
     std::vector<double> expert_ranks(n_experts);
     for (int64_t t = 0; t < req.n; ++t) {
         const int32_t id = req.ids[t];
-        for (int64_t e = 0; e < n_experts; ++e) expert_ranks[e] = experts[e].access(id, t, never);
+        for (int64_t e = 0; e < n_experts; ++e) {
+            int32_t reranked;
+            expert_ranks[e] = experts[e].access(id, t, never, reranked);
+            if (reranked >= 0) cache.rerank(e, reranked, std::numeric_limits<double>::infinity());
+        }
         predicted.access(id, pred.rank(t), nullptr, never);  // the shadows count this request first
         record(t, cache.access(id, pred.rank(t), expert_ranks.data(), leader));
     }

@@ -38,13 +38,14 @@ LRU's misses (OPT is optimal on every prefix of the requests), so the guard neve
 and LARU still makes OPT's decisions.
 
 ``intervals`` (lcr's extension) switches on LARU's heuristic experts
-(``lcr.policies.laru_experts``: each key's own smoothed interval, and frequency with
-aging; the option is named after the first, which came alone before), which need no
-model and see what a boundary classifier is blind to (a loop, where its answers all tie;
-popularity beyond the classifier's horizon). Beside the cache run one shadow LARU over
-the predictions (same parameters) and one per expert over that expert's ranks, its
-window fixed at the whole cache (an expert is a ranking, not a prediction to distrust);
-all are keys only and fed exactly the cache's requests. When the predictions would pick
+(``lcr.policies.laru_experts``: each key's own smoothed interval, frequency with aging,
+and the interval order keeping a pass's first keys; the option is named after the first,
+which came alone before), which need no model and see what a boundary classifier is
+blind to (a loop, where its answers all tie; popularity beyond the classifier's
+horizon). Beside the cache run one shadow LARU over the predictions (same parameters)
+and one per expert over that expert's ranks, its window fixed at the whole cache (an
+expert is a ranking, not a prediction to distrust); all are keys only and fed exactly
+the cache's requests, and each expert hears what its shadow evicts. When the predictions would pick
 the victim, LARU instead evicts the key the leading expert ranks first among all it
 holds, if that expert's shadow has missed less than the predictions' shadow so far (the
 one that missed least; the first listed on ties). Oracle predictions make their shadow
@@ -136,7 +137,7 @@ class LARU(Policy):
         self.stats.extra.update(phases=0, prediction_induced_misses=0, credited_hits=0,
                                 guarded_evictions=0)
         if intervals:
-            self.stats.extra["interval_evictions"] = 0  # those the interval expert chose
+            self.stats.extra["expert_evictions"] = 0  # those an expert chose
 
     def native_args(self) -> dict:
         if type(self.evicted_by_prediction) is not set:
@@ -156,6 +157,8 @@ class LARU(Policy):
             for expert, shadow in self.experts:
                 expert.on_access(key, t)
                 shadow.access(key, t)
+                if shadow.last_evicted is not None:
+                    expert.on_shadow_eviction(shadow.last_evicted)
             self.predicted_shadow.access(key, t)
         lru_hit = self.lru_shadow.access(key, t) if self.lru_shadow is not None else True
         hit = key in self.recency
@@ -193,8 +196,7 @@ class LARU(Policy):
                 leader = self._leading_expert()
                 if leader is not None:
                     victim = leader.pick_victim(self.recency.evictable())
-                    if leader.name == "intervals":
-                        self.stats.extra["interval_evictions"] += 1
+                    self.stats.extra["expert_evictions"] += 1
                 self.evicted_by_prediction.add(victim)
         self.old.discard(victim)
         self.recency.remove(victim)

@@ -7,6 +7,13 @@ keys that need no model, for what a boundary classifier is blind to.
   cannot say once every key of a loop is "back after the boundary". The interval is
   smoothed exponentially (the newest weighs 1/4, about the last four intervals), so
   that one irregular return does not reorder a loop's keys.
+- ``first`` (LIRS's bet on a loop): as ``intervals``, but the keys seen once go newest
+  first (after every key with an interval), so that a cache keeps the first keys of a
+  pass longer than itself, which a loop requests first again; LRU over the keys seen once
+  keeps the pass's last keys, all gone before the next pass reaches them. A key seen once
+  that this expert's own shadow has dropped ranks first instead (+inf): the ranking never
+  ages, so a cache that followed another leader before would otherwise keep one-time keys
+  forever that the shadow made no room for (on a scan, 61% -> 22% of the gap closed).
 - ``decay`` (frequency with aging, as LRFU's combined recency and frequency): each access
   adds 1 to a count that halves every 10 k requests (TinyLFU's aging period, 10 x the
   cache size); the lowest count goes first. The order of two decayed counts never changes
@@ -15,8 +22,9 @@ keys that need no model, for what a boundary classifier is blind to.
 
 Each expert is a ``NextAccessPredictor`` whose rank for a key is fixed at the key's
 access (read, never computed, at ``predict``): the LARU that owns it reports every
-request through ``on_access``. A rank fixed at access is what lets the native core keep
-each expert's order in a tree.
+request through ``on_access``, and every key the expert's shadow evicts through
+``on_shadow_eviction`` (where ``first`` re-ranks it). A rank that changes only at those
+events is what lets the native core keep each expert's order in a tree.
 
 Not thread-safe (neither is a policy).
 """
@@ -40,6 +48,9 @@ class ExpertRanks:
 
     def rank(self, key: int, t: int) -> float:
         raise NotImplementedError
+
+    def on_shadow_eviction(self, key: int) -> None:
+        """The expert's shadow evicted ``key`` (nothing changes, unless an expert says so)."""
 
     def predict(self, keys: Sequence[int], now: int) -> list[float]:
         get, inf = self._rank.get, math.inf
@@ -76,6 +87,24 @@ class IntervalRanks(ExpertRanks):
         return t + smoothed
 
 
+class FirstSeenRanks(IntervalRanks):
+    """As ``IntervalRanks``, but a key seen once ranks ``SEEN_ONCE`` + its access (newest
+    first, after every key with an interval) until this expert's shadow drops it (+inf)."""
+
+    name = "first"
+    #: Above every interval rank (last access + smoothed interval); SEEN_ONCE + t stays an
+    #: exact double for t < 2**52, as in the native core.
+    SEEN_ONCE = 2.0 ** 52
+
+    def rank(self, key, t):
+        rank = super().rank(key, t)
+        return self.SEEN_ONCE + t if rank == math.inf else rank
+
+    def on_shadow_eviction(self, key):
+        if key not in self._smoothed:  # seen once: the shadow found no room for it
+            self._rank[key] = math.inf
+
+
 class DecayRanks(ExpertRanks):
     """-(log decayed count + last access / tau): the smallest decayed count ranks largest."""
 
@@ -94,4 +123,4 @@ class DecayRanks(ExpertRanks):
 
 
 #: LARU's experts (``intervals=1``), in the order the lead rule breaks ties.
-EXPERTS: tuple[type[ExpertRanks], ...] = (IntervalRanks, DecayRanks)
+EXPERTS: tuple[type[ExpertRanks], ...] = (IntervalRanks, DecayRanks, FirstSeenRanks)

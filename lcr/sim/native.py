@@ -112,7 +112,7 @@ def _spec_stats(name: str, counters: dict, intervals: bool = False) -> dict:
                      guarded_evictions=counters["guarded_evictions"],
                      final_lambda=counters["lambda"])
         if intervals:
-            stats["interval_evictions"] = counters["interval_evictions"]
+            stats["expert_evictions"] = counters["expert_evictions"]
     elif name == "marker" and counters["phases"]:
         stats["phases"] = counters["phases"]  # the spec records phases once one starts
     return stats
