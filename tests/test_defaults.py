@@ -3,8 +3,9 @@
 docs/predictor.md ("Learned eviction") measured best on learned_gap's tuning half: LARU
 ``b=1.05;credit=1;guard=0.005;intervals=1`` (the three experts, the interval ones smoothing
 with weight 1/4, their shadows' window the whole cache; 51.8% of the LRU->OPT gap against
-48.6% with the old expert rule, ``benchmarks/laru_rule_steps.py`` on branch laru-rule-steps,
-and 52.4% with the first-seen expert added, branch laru-follow) over
+48.6% with the old expert rule, ``benchmarks/laru_rule_steps.py`` on branch laru-rule-steps;
+52.4% with the first-seen expert added and 53.0% with it breaking the predictions' ties,
+branch laru-follow) over
 the relaxed-Belady classifier refitted every 5,000 accesses on up to 20,000 samples over 4
 intervals and 2 decayed counts (51.77% at 6.1 us per request against 51.81% at 45.3 us for
 2,500 / 80,000 over 16 + 8, ``benchmarks/model_cost.py --tradeoffs``, 2026-11-28).
@@ -37,6 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # The recorded best (docs/predictor.md, "Learned eviction"; the earlier steps: docs/history.md).
 BEST_LARU = {"b": 1.05, "credit": True, "guard": 0.005, "intervals": True}
 BEST_EXPERTS = ["intervals", "decay", "first"]  # what intervals=1 runs
+BEST_TIE_BREAKER = "first"  # the expert that breaks the predictions' ties
 BEST_INTERVAL_WEIGHT = 0.25  # the newest interval's weight in the interval expert's smoothing
 BEST_SCHEDULE = {"retrain_every": 5_000, "window": 20_000}
 BEST_FEATURES = {"n_deltas": 4, "n_edcs": 2}
@@ -51,6 +53,7 @@ def test_laru_spec_defaults_are_the_measured_best():
     policy = make_policy("laru", 10, predictor=ArrayPredictor(np.zeros(1)))
     assert (policy.b, policy.credit, policy.guard, policy.shadows is not None) == tuple(BEST_LARU.values())
     assert [expert.name for expert, _ in policy.experts] == BEST_EXPERTS
+    assert policy.tie_breaker[0].name == BEST_TIE_BREAKER
     # The interval expert's smoothing, and its shadows' window (the whole cache).
     assert IntervalRanks.weight == BEST_INTERVAL_WEIGHT
     assert all(shadow.shrink_every == WHOLE_CACHE for _, shadow in policy.experts)

@@ -253,6 +253,39 @@ def test_laru_following_the_first_seen_expert_keeps_a_loops_first_keys():
     assert policy._leading_expert().name == "first"
 
 
+@pytest.mark.parametrize("first_misses, victim, how", [(4, 3, "tie"), (3, 3, "lead"), (5, 1, None)])
+def test_laru_first_seen_expert_breaks_the_predictions_ties(first_misses, victim, how):
+    """Constant answers tie on every key: while the first-seen expert's shadow has missed as
+    much as the predictions' shadow (4 misses at t=3 here), it breaks the tie (key 3, the
+    newest key seen once); with fewer it leads (the same key here); once it has missed more,
+    the oldest key goes, as without experts."""
+    trace = Trace(np.array([1, 2, 3, 4]))
+    policy, predictor = build("laru", trace, 3, np.zeros(len(trace)), mode="async")
+    for t, key in enumerate(trace.keys[:3].tolist()):
+        predictor.observe(key, t)
+        policy.access(key, t)
+    first, first_shadow = policy.tie_breaker
+    assert first.name == "first"
+    first_shadow.stats.misses = first_misses - 1  # the shadows count request 3 first
+    predictor.observe(4, 3)
+    policy.access(4, 3)
+    assert policy.predicted_shadow.stats.misses == 4 and first_shadow.stats.misses == first_misses
+    assert policy.last_evicted == victim
+    assert policy.stats.extra["expert_tie_breaks"] == (how == "tie")
+    assert policy.stats.extra["expert_evictions"] == (how == "lead")
+
+
+def test_laru_keeps_a_loops_first_keys_where_answers_tie():
+    """Where the answers tie (constant) and no shadow has missed less yet, LARU keeps the
+    first pass's first keys, as LIRS and OPT do, and hits them in the second pass; with
+    recency breaking the ties it would hold the pass's last keys and hit nothing there."""
+    trace = generate("loop:requests=900,keys=300")
+    policy, predictor = build("laru", trace, 30, np.zeros(len(trace)), mode="async")
+    hits = replay(trace, policy, predictor).hits
+    assert hits[300:600].sum() >= 28 and policy.stats.extra["expert_tie_breaks"] > 0
+    assert hits.sum() >= len(trace) - misses(trace, "opt", 30) - 3
+
+
 def test_laru_follows_its_leading_expert_over_the_whole_cache():
     """Where the predictions would choose in a window of 2, the leading expert chooses
     among all cached keys: here key 4, its largest rank (back at 8), not key 2 (the

@@ -11,6 +11,10 @@
 //
 // Ranks are stored as order-preserving unsigned integers (0 marks an empty slot),
 // so that updates are branch-free max/add passes up the tree.
+//
+// A tree made `with_ties` also keeps a second rank per item and, per subtree, the
+// largest second rank among the items holding the subtree's largest rank (the
+// lexicographic maximum of the pairs), so that ties on the rank can be broken by it.
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -22,24 +26,27 @@ namespace lcr::sim {
 class RecencyTree {
 public:
     // `capacity`: the most items held at once; `n_ids`: ids lie in [0, n_ids).
-    RecencyTree(int64_t capacity, int64_t n_ids) : pos_of_(n_ids, kAbsent) {
+    RecencyTree(int64_t capacity, int64_t n_ids, bool with_ties = false)
+        : with_ties_(with_ties), pos_of_(n_ids, kAbsent) {
         const int64_t most = std::max<int64_t>(1, std::min(capacity, n_ids));
         while (leaves_ < 2 * most) leaves_ *= 2;
         best_.assign(2 * leaves_, kEmpty);
         count_.assign(2 * leaves_, 0);
+        if (with_ties_) tie_.assign(2 * leaves_, kEmpty);
         item_at_.assign(leaves_, kAbsent);
     }
 
     bool contains(int32_t id) const { return pos_of_[id] != kAbsent; }
     int64_t size() const { return count_[1]; }
 
-    // Insert `id` (absent) as the most recently used item. `rank` must not be NaN.
-    void push_newest(int32_t id, double rank) {
+    // Insert `id` (absent) as the most recently used item. `rank` (and `tie`, the second
+    // rank of a tree made with ties) must not be NaN.
+    void push_newest(int32_t id, double rank, double tie = 0.0) {
         if (next_pos_ == leaves_) compact();
         const auto pos = static_cast<int32_t>(next_pos_++);  // < leaves_ <= 2^31
         pos_of_[id] = pos;
         item_at_[pos] = id;
-        set_leaf(pos, order_key(rank), 1);
+        set_leaf(pos, order_key(rank), 1, order_key(tie));
     }
 
     void remove(int32_t id) {
@@ -49,14 +56,24 @@ public:
         set_leaf(pos, kEmpty, 0);
     }
 
-    // Make `id` (present) the most recently used, with a new rank.
-    void touch(int32_t id, double rank) {
+    // Make `id` (present) the most recently used, with new ranks.
+    void touch(int32_t id, double rank, double tie = 0.0) {
         remove(id);
-        push_newest(id, rank);
+        push_newest(id, rank, tie);
     }
 
-    // Give `id` (present) a new rank, keeping its place in the recency order.
-    void rerank(int32_t id, double rank) { set_leaf(pos_of_[id], order_key(rank), 1); }
+    // Give `id` (present) a new rank, keeping its place in the recency order (and its
+    // second rank).
+    void rerank(int32_t id, double rank) {
+        const int32_t pos = pos_of_[id];
+        set_leaf(pos, order_key(rank), 1, with_ties_ ? tie_[leaves_ + pos] : kEmpty);
+    }
+
+    // Give `id` (present) a new second rank (a tree made with ties), keeping the rest.
+    void rerank_tie(int32_t id, double tie) {
+        const int32_t pos = pos_of_[id];
+        set_leaf(pos, best_[leaves_ + pos], 1, order_key(tie));
+    }
 
     int32_t oldest() const {
         int64_t i = 1;
@@ -90,6 +107,40 @@ public:
         return item_at_[leftmost_with(passed[j], top) - leaves_];
     }
 
+    // Among the `l` least recently used items (1 <= l <= size()) of a tree made with ties,
+    // the one with the largest rank; on ties the largest second rank, then the least
+    // recently used.
+    int32_t largest_by_tie_among_oldest(int64_t l) const {
+        int64_t passed[64];
+        int n_passed = 0;
+        int64_t i = 1;
+        if (l >= size()) {
+            passed[n_passed++] = 1;
+        } else {
+            while (i < leaves_) {
+                const int64_t left = 2 * i;
+                if (count_[left] >= l) {
+                    i = left;
+                } else {
+                    passed[n_passed++] = left;
+                    l -= count_[left];
+                    i = left + 1;
+                }
+            }
+            passed[n_passed++] = i;
+        }
+        uint64_t top = 0, top_tie = 0;
+        for (int j = 0; j < n_passed; ++j) {
+            const int64_t n = passed[j];
+            if (best_[n] > top || (best_[n] == top && tie_[n] > top_tie)) top = best_[n], top_tie = tie_[n];
+        }
+        int j = 0;
+        while (best_[passed[j]] != top || tie_[passed[j]] != top_tie) ++j;
+        i = passed[j];
+        while (i < leaves_) i = best_[2 * i] == top && tie_[2 * i] == top_tie ? 2 * i : 2 * i + 1;
+        return item_at_[i - leaves_];
+    }
+
     // The largest rank over all items (oldest on ties).
     int32_t largest() const { return item_at_[leftmost_with(1, best_[1]) - leaves_]; }
 
@@ -121,10 +172,22 @@ private:
 
     // Carries the node's new values up in registers: each level reads only the
     // sibling, which the previous store did not touch, so the loads pipeline.
-    void set_leaf(int32_t pos, uint64_t key, int32_t count) {
+    void set_leaf(int32_t pos, uint64_t key, int32_t count, uint64_t tie = kEmpty) {
         int64_t i = leaves_ + pos;
         best_[i] = key;
         count_[i] = count;
+        if (with_ties_) {
+            tie_[i] = tie;
+            for (; i > 1; i >>= 1) {  // the lexicographic maximum of (rank, second rank)
+                const uint64_t other = best_[i ^ 1], other_tie = tie_[i ^ 1];
+                if (other > key || (other == key && other_tie > tie)) key = other, tie = other_tie;
+                count += count_[i ^ 1];
+                best_[i >> 1] = key;
+                tie_[i >> 1] = tie;
+                count_[i >> 1] = count;
+            }
+            return;
+        }
         for (; i > 1; i >>= 1) {
             key = std::max(key, best_[i ^ 1]);
             count += count_[i ^ 1];
@@ -146,18 +209,29 @@ private:
             item_at_[next] = id;
             best_[leaves_ + next] = key;
             count_[leaves_ + next] = 1;
+            if (with_ties_) {
+                const uint64_t tie = tie_[leaves_ + pos];
+                tie_[leaves_ + pos] = kEmpty;
+                tie_[leaves_ + next] = tie;
+            }
             pos_of_[id] = next++;
         }
         next_pos_ = next;
         for (int64_t i = leaves_ - 1; i >= 1; --i) {
-            best_[i] = std::max(best_[2 * i], best_[2 * i + 1]);
-            count_[i] = count_[2 * i] + count_[2 * i + 1];
+            const int64_t left = 2 * i, right = 2 * i + 1;
+            const bool right_wins = best_[right] > best_[left] ||
+                                    (with_ties_ && best_[right] == best_[left] && tie_[right] > tie_[left]);
+            best_[i] = right_wins ? best_[right] : best_[left];
+            if (with_ties_) tie_[i] = right_wins ? tie_[right] : tie_[left];
+            count_[i] = count_[left] + count_[right];
         }
     }
 
+    bool with_ties_;
     int64_t leaves_ = 1;
     int64_t next_pos_ = 0;
     std::vector<uint64_t> best_;    // largest rank key per node; node 1 is the root
+    std::vector<uint64_t> tie_;     // with ties: the largest second rank among best_'s items
     std::vector<int32_t> count_;    // items per node; leaves at [leaves_, 2 * leaves_)
     std::vector<int32_t> pos_of_;   // id -> position, or kAbsent
     std::vector<int32_t> item_at_;  // position -> id, or kAbsent

@@ -38,10 +38,17 @@ struct LaruParams {
     }
 };
 
+// What `leader()` answers at an eviction the predictions would make: an expert's index
+// (follow it), or one of these.
+constexpr int64_t kPredictions = -1;           // the predictions; recency breaks their ties
+constexpr int64_t kPredictionsFirstTies = -2;  // the predictions; the first-seen expert breaks ties
+constexpr int64_t kFirstExpert = 2;            // its index (EXPERTS: intervals, decay, first)
+
 // One LARU cache of k ids. Each access brings the key's rank (the prediction, or an
 // expert's answer for that expert's shadow); `pred` only counts the predictor's calls.
 // With `n_expert_trees`, one more tree per expert holds the same ids under that expert's
-// ranks, so that eviction can follow it.
+// ranks, so that eviction can follow it, and the cache's own tree keeps the first-seen
+// expert's rank as its second rank, to break the predictions' ties.
 class LaruCache {
 public:
     struct Step {
@@ -51,7 +58,7 @@ public:
 
     LaruCache(int64_t k, int64_t n_ids, const LaruParams& params, const Predictions& pred, Counters& c,
               int64_t n_expert_trees)
-        : k_(k), params_(params), pred_(pred), c_(c), cache_(k, n_ids), key_(n_ids),
+        : k_(k), params_(params), pred_(pred), c_(c), cache_(k, n_ids, n_expert_trees > 0), key_(n_ids),
           shadowed_(params.credit || params.guard >= 0),
           lru_shadow_(shadowed_ ? k : 0, shadowed_ ? n_ids : 0) {
         for (int64_t e = 0; e < n_expert_trees; ++e) by_expert_.emplace_back(k, n_ids);
@@ -61,12 +68,14 @@ public:
 
     // Expert `e` re-ranked `id` (lcr.policies.laru_experts.ExpertRanks.on_shadow_eviction).
     void rerank(int64_t e, int32_t id, double rank) {
-        if (by_expert_[e].contains(id)) by_expert_[e].rerank(id, rank);
+        if (!by_expert_[e].contains(id)) return;
+        by_expert_[e].rerank(id, rank);
+        if (e == kFirstExpert) cache_.rerank_tie(id, rank);
     }
 
     // A request of `id`: `rank` is its new rank, `expert_ranks[e]` the one in expert e's
-    // tree; `leader()` (an expert's index, or -1 for the predictions) is asked at a window
-    // eviction the predictions would make.
+    // tree; `leader()` (an expert's index, or kPredictions / kPredictionsFirstTies) is
+    // asked at a window eviction the predictions would make.
     template <class Leader>
     Step access(int32_t id, double rank, const double* expert_ranks, Leader&& leader) {
         const bool lru_hit = !shadowed_ || lru_shadow_.access(id).hit;
@@ -77,7 +86,7 @@ public:
                 ++c_.credited_hits;
                 c_.lambda = std::min(1.0, c_.lambda * params_.b);
             }
-            cache_.touch(id, rank);
+            cache_.touch(id, rank, tie_rank(expert_ranks));
             for (size_t e = 0; e < by_expert_.size(); ++e) by_expert_[e].touch(id, expert_ranks[e]);
             return {true, -1};
         }
@@ -90,7 +99,7 @@ public:
         }
         ++misses_;
         key_[id].predicted_out_in = 0;  // reloaded: its last eviction is no longer by prediction
-        cache_.push_newest(id, rank);
+        cache_.push_newest(id, rank, tie_rank(expert_ranks));
         for (size_t e = 0; e < by_expert_.size(); ++e) by_expert_[e].push_newest(id, expert_ranks[e]);
         return {false, victim};
     }
@@ -131,14 +140,22 @@ private:
         const WindowChoice choice = choose_in_window(cache_, pred_, c_, window);
         int32_t victim = choice.victim;
         if (choice.by_prediction) {
-            const int64_t e = by_expert_.empty() ? -1 : leader();
+            const int64_t e = by_expert_.empty() ? kPredictions : leader();
             if (e >= 0) {
                 victim = by_expert_[e].largest();  // over the whole cache
                 ++c_.expert_evictions;
+            } else if (e == kPredictionsFirstTies) {
+                victim = cache_.largest_by_tie_among_oldest(std::min(window, cache_.size()));
+                c_.expert_tie_breaks += victim != choice.victim;
             }
             key_[victim].predicted_out_in = phase;
         }
         return victim;
+    }
+
+    // The second rank of the cache's tree: the first-seen expert's (0 without experts).
+    double tie_rank(const double* expert_ranks) const {
+        return by_expert_.empty() ? 0.0 : expert_ranks[kFirstExpert];
     }
 
     void leave_old(int32_t id) {
@@ -224,7 +241,7 @@ private:
 
 void run_laru(const Requests& req, Recorder& rec, Counters& c, int64_t k, const Predictions& pred,
               const LaruParams& params) {
-    auto never = [] { return int64_t{-1}; };
+    auto never = [] { return kPredictions; };
     auto record = [&](int64_t t, const LaruCache::Step& step) {
         step.hit ? rec.hit(t) : step.victim >= 0 ? rec.miss(t, step.victim) : rec.miss(t);
     };
@@ -248,7 +265,9 @@ void run_laru(const Requests& req, Recorder& rec, Counters& c, int64_t k, const 
         int64_t best = 0;
         for (int64_t e = 1; e < n_experts; ++e)
             if (experts[e].misses() < experts[best].misses()) best = e;
-        return experts[best].misses() < predicted.misses() ? best : -1;
+        if (experts[best].misses() < predicted.misses()) return best;
+        // LARU._first_breaks_ties: no more misses than the predictions' shadow so far.
+        return experts[kFirstExpert].misses() <= predicted.misses() ? kPredictionsFirstTies : kPredictions;
     };
     std::vector<double> expert_ranks(n_experts);
     for (int64_t t = 0; t < req.n; ++t) {

@@ -47,6 +47,7 @@ struct Counters {
     int64_t predictor_calls = 0, predicted_keys = 0;
     int64_t phases = 0, prediction_induced_misses = 0, credited_hits = 0, guarded_evictions = 0;
     int64_t expert_evictions = 0;  // LARU: evictions its heuristic experts chose
+    int64_t expert_tie_breaks = 0;  // LARU: the first-seen expert broke the predictions' tie
     double lambda = 1.0;
 
     // One sync-mode call that asks about `keys` candidates at an eviction.
@@ -72,7 +73,7 @@ struct Counters {
                         py::arg("prediction_induced_misses") = prediction_induced_misses,
                         py::arg("credited_hits") = credited_hits,
                         py::arg("guarded_evictions") = guarded_evictions,
-                        py::arg("expert_evictions") = expert_evictions, py::arg("lambda") = lambda);
+                        py::arg("expert_evictions") = expert_evictions, py::arg("expert_tie_breaks") = expert_tie_breaks, py::arg("lambda") = lambda);
     }
 };
 

@@ -48,10 +48,16 @@ expert is a ranking, not a prediction to distrust); all are keys only and fed ex
 the cache's requests, and each expert hears what its shadow evicts. When the predictions would pick
 the victim, LARU instead evicts the key the leading expert ranks first among all it
 holds, if that expert's shadow has missed less than the predictions' shadow so far (the
-one that missed least; the first listed on ties). Oracle predictions make their shadow
-OPT, which no shadow beats on any prefix of the requests, so LARU still makes OPT's
-decisions; the guard's budget holds as before (it is checked first). The predictor is
-asked twice per query (the cache and its shadow).
+one that missed least; the first listed on ties). Where no expert leads, the window's
+candidates the predictions rank largest may tie (equal answers: NaN before the first
+model, a classifier's equal probabilities for keys it cannot tell apart); while the
+first-seen expert's shadow has missed no more than the predictions' shadow, that expert
+breaks the tie (the tied key it ranks first goes; else the oldest, as without experts):
+where neither the answers nor the shadows tell keys apart, LARU bets as LIRS does. Oracle
+predictions make their shadow OPT, which no shadow beats on any prefix of the requests,
+and tie only on keys never requested again, so LARU still makes OPT's decisions; the
+guard's budget holds as before (it is checked first). The predictor is asked twice per
+query (the cache and its shadow).
 
 ``record`` replaces the exact set of prediction-evicted keys with any object offering
 ``add``, ``discard``, ``clear`` and ``in`` (SlabHash keeps a bitset, see
@@ -65,7 +71,7 @@ from types import MappingProxyType
 from typing import MutableSet
 
 from lcr.policies.base import Policy
-from lcr.policies.laru_experts import EXPERTS, ExpertRanks
+from lcr.policies.laru_experts import EXPERTS, ExpertRanks, FirstSeenRanks
 from lcr.policies.predictions import NextAccessPredictor, PredictionTable
 from lcr.policies.lru import LRU
 from lcr.policies.recency import RecencyOrder
@@ -132,12 +138,16 @@ class LARU(Policy):
         self.experts: list[tuple[ExpertRanks, LARU]] = [
             (expert, LARU(capacity, expert, "sync", **whole)) for expert in experts]
         self.predicted_shadow = LARU(capacity, predictor, mode, **same) if self.experts else None
+        # The expert that breaks the predictions' ties, with its shadow (None without experts).
+        self.tie_breaker = next(((expert, shadow) for expert, shadow in self.experts
+                                 if isinstance(expert, FirstSeenRanks)), None)
         #: Every shadow LARU (the predictions' first), or None without experts.
         self.shadows = (self.predicted_shadow, *(shadow for _, shadow in self.experts)) if self.experts else None
         self.stats.extra.update(phases=0, prediction_induced_misses=0, credited_hits=0,
                                 guarded_evictions=0)
         if intervals:
             self.stats.extra["expert_evictions"] = 0  # those an expert chose
+            self.stats.extra["expert_tie_breaks"] = 0  # the first-seen expert chose among tied answers
 
     def native_args(self) -> dict:
         if type(self.evicted_by_prediction) is not set:
@@ -197,6 +207,8 @@ class LARU(Policy):
                 if leader is not None:
                     victim = leader.pick_victim(self.recency.evictable())
                     self.stats.extra["expert_evictions"] += 1
+                elif self._first_breaks_ties():
+                    victim = self._break_tie(victim)
                 self.evicted_by_prediction.add(victim)
         self.old.discard(victim)
         self.recency.remove(victim)
@@ -210,6 +222,21 @@ class LARU(Policy):
             return None
         expert, shadow = min(self.experts, key=lambda pair: pair[1].stats.misses)
         return expert if shadow.stats.misses < self.predicted_shadow.stats.misses else None
+
+    def _first_breaks_ties(self) -> bool:
+        """Whether the first-seen expert's shadow has missed no more than the predictions'."""
+        if self.tie_breaker is None:
+            return False
+        return self.tie_breaker[1].stats.misses <= self.predicted_shadow.stats.misses
+
+    def _break_tie(self, victim: int) -> int:
+        """Among the window's candidates ranked like ``victim`` (the predictions' largest),
+        the one the first-seen expert ranks first (the oldest on ties)."""
+        top, rank = self.table.rank(victim), self.table.rank
+        tied = [key for key in self.recency.oldest(self.window) if rank(key) == top]
+        chosen = self.tie_breaker[0].pick_victim(tied)
+        self.stats.extra["expert_tie_breaks"] += chosen != victim
+        return chosen
 
     def _over_budget(self) -> bool:
         """Whether the misses so far, this one included (the base class counts it after

@@ -14,6 +14,7 @@ keys that need no model, for what a boundary classifier is blind to.
   that this expert's own shadow has dropped ranks first instead (+inf): the ranking never
   ages, so a cache that followed another leader before would otherwise keep one-time keys
   forever that the shadow made no room for (on a scan, 61% -> 22% of the gap closed).
+  It also breaks the predictions' ties while its shadow keeps up (``lcr.policies.laru``).
 - ``decay`` (frequency with aging, as LRFU's combined recency and frequency): each access
   adds 1 to a count that halves every 10 k requests (TinyLFU's aging period, 10 x the
   cache size); the lowest count goes first. The order of two decayed counts never changes

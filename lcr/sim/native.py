@@ -113,6 +113,7 @@ def _spec_stats(name: str, counters: dict, intervals: bool = False) -> dict:
                      final_lambda=counters["lambda"])
         if intervals:
             stats["expert_evictions"] = counters["expert_evictions"]
+            stats["expert_tie_breaks"] = counters["expert_tie_breaks"]
     elif name == "marker" and counters["phases"]:
         stats["phases"] = counters["phases"]  # the spec records phases once one starts
     return stats
