@@ -85,21 +85,8 @@ public:
     // largest rank; on ties the least recently used of them.
     int32_t largest_among_oldest(int64_t l) const {
         if (l >= size()) return largest();
-        // Descend to the l-th oldest leaf, noting the left subtrees passed (oldest first).
         int64_t passed[64];
-        int n_passed = 0;
-        int64_t i = 1;
-        while (i < leaves_) {
-            const int64_t left = 2 * i;
-            if (count_[left] >= l) {
-                i = left;
-            } else {
-                passed[n_passed++] = left;
-                l -= count_[left];
-                i = left + 1;
-            }
-        }
-        passed[n_passed++] = i;
+        const int n_passed = subtrees_of_oldest(l, passed);
         uint64_t top = 0;
         for (int j = 0; j < n_passed; ++j) top = std::max(top, best_[passed[j]]);
         int j = 0;
@@ -112,23 +99,7 @@ public:
     // recently used.
     int32_t largest_by_tie_among_oldest(int64_t l) const {
         int64_t passed[64];
-        int n_passed = 0;
-        int64_t i = 1;
-        if (l >= size()) {
-            passed[n_passed++] = 1;
-        } else {
-            while (i < leaves_) {
-                const int64_t left = 2 * i;
-                if (count_[left] >= l) {
-                    i = left;
-                } else {
-                    passed[n_passed++] = left;
-                    l -= count_[left];
-                    i = left + 1;
-                }
-            }
-            passed[n_passed++] = i;
-        }
+        const int n_passed = l >= size() ? (passed[0] = 1, 1) : subtrees_of_oldest(l, passed);
         uint64_t top = 0, top_tie = 0;
         for (int j = 0; j < n_passed; ++j) {
             const int64_t n = passed[j];
@@ -136,7 +107,7 @@ public:
         }
         int j = 0;
         while (best_[passed[j]] != top || tie_[passed[j]] != top_tie) ++j;
-        i = passed[j];
+        int64_t i = passed[j];
         while (i < leaves_) i = best_[2 * i] == top && tie_[2 * i] == top_tie ? 2 * i : 2 * i + 1;
         return item_at_[i - leaves_];
     }
@@ -162,6 +133,25 @@ private:
         uint64_t bits;
         std::memcpy(&bits, &rank, sizeof bits);
         return (bits >> 63) ? ~bits : bits | (uint64_t{1} << 63);
+    }
+
+    // The subtrees that hold exactly the `l` (< size()) least recently used items, oldest
+    // first: a descent to the l-th oldest leaf, noting the left subtrees it passes.
+    int subtrees_of_oldest(int64_t l, int64_t* passed) const {
+        int n_passed = 0;
+        int64_t i = 1;
+        while (i < leaves_) {
+            const int64_t left = 2 * i;
+            if (count_[left] >= l) {
+                i = left;
+            } else {
+                passed[n_passed++] = left;
+                l -= count_[left];
+                i = left + 1;
+            }
+        }
+        passed[n_passed++] = i;
+        return n_passed;
     }
 
     // The leftmost leaf under node `i` whose key is `key` (the subtree's largest).
