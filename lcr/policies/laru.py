@@ -45,10 +45,10 @@ blind to (a loop, where its answers all tie; popularity beyond the classifier's
 horizon). Beside the cache run one shadow LARU over the predictions (same parameters)
 and one per expert over that expert's ranks, its window fixed at the whole cache (an
 expert is a ranking, not a prediction to distrust); all are keys only and fed exactly
-the cache's requests, and each expert hears what its shadow evicts. When the predictions would pick
-the victim, LARU instead evicts the key the leading expert ranks first among all it
-holds, if that expert's shadow has missed less than the predictions' shadow so far (the
-one that missed least; the first listed on ties). Where no expert leads, the window's
+the cache's requests, and each expert hears what its shadow evicts. When the predictions
+would pick the victim, LARU instead evicts the key the leading expert ranks first among
+all it holds, if that expert's shadow has missed less than the predictions' shadow so
+far (the one that missed least; the first listed on ties). Where no expert leads, the window's
 candidates the predictions rank largest may tie (equal answers: NaN before the first
 model, a classifier's equal probabilities for keys it cannot tell apart); while the
 first-seen expert's shadow has missed no more than the predictions' shadow, that expert
