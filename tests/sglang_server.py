@@ -104,13 +104,13 @@ class Server:
         deadline = time.time() + timeout
         while time.time() < deadline:
             if self.proc.poll() is not None:
-                raise AssertionError(f"server exited:\n{self.log.read_text()[-3000:]}")
+                raise AssertionError(f"server exited:\n{self.log.read_text()[-12000:]}")
             try:
                 urllib.request.urlopen(self.url + "/health", timeout=5)
                 return
             except OSError:
                 time.sleep(2)
-        raise AssertionError(f"server not ready:\n{self.log.read_text()[-3000:]}")
+        raise AssertionError(f"server not ready:\n{self.log.read_text()[-12000:]}")
 
     def metrics(self) -> dict[str, float]:
         with urllib.request.urlopen(self.url + "/metrics", timeout=30) as reply:
