@@ -73,7 +73,8 @@ struct Counters {
                         py::arg("prediction_induced_misses") = prediction_induced_misses,
                         py::arg("credited_hits") = credited_hits,
                         py::arg("guarded_evictions") = guarded_evictions,
-                        py::arg("expert_evictions") = expert_evictions, py::arg("expert_tie_breaks") = expert_tie_breaks, py::arg("lambda") = lambda);
+                        py::arg("expert_evictions") = expert_evictions,
+                        py::arg("expert_tie_breaks") = expert_tie_breaks, py::arg("lambda") = lambda);
     }
 };
 
