@@ -2,13 +2,12 @@
 --policies laru`` and ``python benchmarks/learned_gap.py`` with no flags run the setting that
 docs/predictor.md ("Learned eviction") measured best on learned_gap's tuning half: LARU
 ``b=1.05;credit=1;guard=0.005;intervals=1`` (the three experts, the interval ones smoothing
-with weight 1/4, their shadows' window the whole cache; 51.8% of the LRU->OPT gap against
-48.6% with the old expert rule, ``benchmarks/laru_rule_steps.py`` on branch laru-rule-steps;
-52.4% with the first-seen expert added and 53.0% with it breaking the predictions' ties,
-branch laru-follow) over
-the relaxed-Belady classifier refitted every 5,000 accesses on up to 20,000 samples over 4
-intervals and 2 decayed counts (51.77% at 6.1 us per request against 51.81% at 45.3 us for
-2,500 / 80,000 over 16 + 8, ``benchmarks/model_cost.py --tradeoffs``, 2026-11-28).
+with weight 1/4, their shadows' window the whole cache, the first-seen one breaking the
+predictions' ties: 53.0% of the LRU->OPT gap against 48.6% with the old expert rule; the
+steps in docs/history.md) over the relaxed-Belady classifier refitted every 5,000 accesses
+on up to 20,000 samples over 4 intervals and 2 decayed counts (52.99% at 6.5 us per request
+against 52.95% at 47.3 us for 2,500 / 80,000 over 16 + 8, ``benchmarks/model_cost.py
+--tradeoffs --cached``, 2026-11-28).
 
 A change of a default away from these fails here: re-measure, then change the record.
 The paper's Algorithm 1 stays reachable with explicit parameters (``PAPER_RULE``).
