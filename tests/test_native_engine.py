@@ -24,6 +24,8 @@ from lcr.sim.runner import replay
 from lcr.sim.sweep import PolicySpec, run_one, uses_native
 from lcr.traces import Trace, generate, load_trace
 
+from conftest import real_trace
+
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 # (policy, params): every native core, with the parameters that change its decisions.
@@ -158,6 +160,13 @@ def test_laru_guard_evicts_by_recency_like_the_spec():
         assert got.stats["guarded_evictions"] > 0
         if not credit:  # the guard's shadow LRU must not turn credit on
             assert got.stats["credited_hits"] == 0
+
+
+def test_laru_guard_budget_grows_with_the_predictions_shadow_like_the_spec():
+    # The case of test_policy_spec's guard-budget test: the widened budget decides there.
+    trace = real_trace("twolf")
+    got = assert_same_decisions(trace, "laru", 92, oracle_predictions(trace, 0.3, seed=3), mode="async")
+    assert got.stats["guarded_evictions"] > 0 and got.stats["misses"] < native_replay(trace, "lru", 92).stats["misses"]
 
 
 def test_long_trace_small_cache_exercises_tree_compaction():

@@ -453,6 +453,24 @@ def test_laru_guard_keeps_misses_within_its_budget_over_lru(source, capacity):
             assert laru.stats.extra["guarded_evictions"] > 0
 
 
+def test_laru_guard_lets_the_cache_follow_predictions_its_shadow_shows_gaining():
+    """The guard's budget grows by what the predictions' shadow saved against LRU. Here
+    (a CPU address trace, 5% of the keys, answers off by up to 30%) the cache falls behind
+    LRU early, following the experts from its own state; held to 1.005 x LRU's misses it
+    would then evict by recency for good (3,873 misses against LRU's 3,850) while its
+    predictions' shadow ends 4% ahead of LRU."""
+    trace = real_trace("twolf")
+    capacity = 92
+    lru = misses(trace, "lru", capacity)
+    laru, predictor = build("laru", trace, capacity, oracle_predictions(trace, 0.3, seed=3), mode="async")
+    replay(trace, laru, predictor)
+    saved = lru - laru.predicted_shadow.stats.misses
+    assert saved > 0.03 * lru
+    assert laru.stats.extra["guarded_evictions"] > 0
+    assert laru.stats.misses < lru  # the budget of 1.005 x LRU alone ends above LRU here
+    assert laru.stats.misses <= (1 + laru.guard) * lru + saved + capacity
+
+
 def test_laru_guard_bound_fails_without_it():
     # The case the test above rests on: unguarded, inverted predictions lose 17% to LRU.
     trace = generate(SYNTHETIC[0])

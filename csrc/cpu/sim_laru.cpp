@@ -57,8 +57,9 @@ public:
     };
 
     LaruCache(int64_t k, int64_t n_ids, const LaruParams& params, const Predictions& pred, Counters& c,
-              int64_t n_expert_trees)
-        : k_(k), params_(params), pred_(pred), c_(c), cache_(k, n_ids, n_expert_trees > 0), key_(n_ids),
+              int64_t n_expert_trees, const LaruCache* predictions_shadow = nullptr)
+        : k_(k), params_(params), pred_(pred), c_(c), predictions_shadow_(predictions_shadow),
+          cache_(k, n_ids, n_expert_trees > 0), key_(n_ids),
           shadowed_(params.credit || params.guard >= 0),
           lru_shadow_(shadowed_ ? k : 0, shadowed_ ? n_ids : 0) {
         for (int64_t e = 0; e < n_expert_trees; ++e) by_expert_.emplace_back(k, n_ids);
@@ -129,8 +130,7 @@ private:
             if (++induced_in_phase_ % params_.shrink_every == 0) c_.lambda /= params_.b;
             return cache_.oldest();
         }
-        if (params_.guard >= 0 &&  // over the miss budget (this miss included)
-            static_cast<double>(misses_ + 1) > (1 + params_.guard) * static_cast<double>(lru_misses_)) {
+        if (params_.guard >= 0 && static_cast<double>(misses_ + 1) > guard_budget()) {  // this miss included
             ++c_.lru_evictions;
             ++c_.guarded_evictions;
             return cache_.oldest();
@@ -153,6 +153,15 @@ private:
         return victim;
     }
 
+    // LARU._guard_budget: (1 + guard) x LRU's misses, plus what the predictions' shadow
+    // has saved against LRU so far.
+    double guard_budget() const {
+        const double saved = predictions_shadow_ == nullptr
+                                 ? 0.0
+                                 : static_cast<double>(std::max<int64_t>(0, lru_misses_ - predictions_shadow_->misses()));
+        return (1 + params_.guard) * static_cast<double>(lru_misses_) + saved;
+    }
+
     // The second rank of the cache's tree: the first-seen expert's (0 without experts).
     double tie_rank(const double* expert_ranks) const {
         return by_expert_.empty() ? 0.0 : expert_ranks[kFirstExpert];
@@ -169,6 +178,7 @@ private:
     LaruParams params_;
     const Predictions& pred_;
     Counters& c_;
+    const LaruCache* predictions_shadow_;  // with experts: its savings widen the guard's budget
     RecencyTree cache_;
     std::vector<RecencyTree> by_expert_;
     std::vector<KeyState> key_;  // one cache line per key touched
@@ -255,8 +265,8 @@ void run_laru(const Requests& req, Recorder& rec, Counters& c, int64_t k, const 
     // Shadows (keys only, same parameters) beside the cache: LARU over the predictions and
     // one LARU per expert; the cache follows the expert whose shadow misses least.
     std::vector<Counters> shadow_counters(n_experts + 1);
-    LaruCache cache(k, req.n_ids, params, pred, c, n_experts);
     LaruCache predicted(k, req.n_ids, params.without_experts(), pred, shadow_counters[0], 0);
+    LaruCache cache(k, req.n_ids, params, pred, c, n_experts, &predicted);
     std::vector<Expert> experts;
     experts.reserve(n_experts);  // each shadow keeps a reference to its counters: no reallocation
     for (const Expert::Kind kind : {Expert::kIntervals, Expert::kDecay, Expert::kFirst})

@@ -12,7 +12,8 @@ On a miss into a full cache:
 The defaults are lcr's measured best for a learned model (docs/predictor.md, "Learned
 eviction"; tests/test_defaults.py): b = 1.05 with ``credit``, ``guard`` 0.005 and the
 heuristic experts (``intervals``), below. Their guarantee is the guard's (at most 1.005
-x LRU's misses + k), not Theorem 1's, which credit gives up. Algorithm 1 as the paper
+x LRU's misses + k, plus what the predictions' own shadow saved against LRU), not
+Theorem 1's, which credit gives up. Algorithm 1 as the paper
 writes it, which Theorem 1 and the paper's experiments are about, is ``PAPER_RULE`` (b =
 2, the extensions off).
 
@@ -35,7 +36,12 @@ predictor call, lambda untouched). LRU caches of one size agree once k distinct 
 have been requested since they last differed, so LARU with a guard misses at most (1 +
 guard) x LRU's misses + k, whatever the predictions. Oracle predictions never exceed
 LRU's misses (OPT is optimal on every prefix of the requests), so the guard never acts
-and LARU still makes OPT's decisions.
+and LARU still makes OPT's decisions. With the experts, the budget also grows by what the
+predictions' shadow (below) has saved against LRU so far: the cache may fall behind LRU
+following an expert, or the predictions from another state, and a budget of LRU's misses
+alone would then hold it to recency for good (it can only earn the budget back at g per
+LRU miss) while its predictions gain. Predictions no better than LRU save nothing, and
+the bound is as above.
 
 ``intervals`` (lcr's extension) switches on LARU's heuristic experts
 (``lcr.policies.laru_experts``: each key's own smoothed interval, frequency with aging,
@@ -56,8 +62,8 @@ breaks the tie (the tied key it ranks first goes; else the oldest, as without ex
 where neither the answers nor the shadows tell keys apart, LARU bets as LIRS does. Oracle
 predictions make their shadow OPT, which no shadow beats on any prefix of the requests,
 and tie only on keys never requested again, so LARU still makes OPT's decisions; the
-guard's budget holds as before (it is checked first). The predictor is asked twice per
-query (the cache and its shadow).
+guard is checked first. The predictor is asked twice per query (the cache and its
+shadow).
 
 ``record`` replaces the exact set of prediction-evicted keys with any object offering
 ``add``, ``discard``, ``clear`` and ``in`` (SlabHash keeps a bitset, see
@@ -240,9 +246,17 @@ class LARU(Policy):
 
     def _over_budget(self) -> bool:
         """Whether the misses so far, this one included (the base class counts it after
-        ``_access``), exceed the guard's budget; the shadow has counted this request."""
-        return (self.guard is not None
-                and self.stats.misses + 1 > (1 + self.guard) * self.lru_shadow.stats.misses)
+        ``_access``), exceed the guard's budget; the shadows have counted this request."""
+        return self.guard is not None and self.stats.misses + 1 > self._guard_budget()
+
+    def _guard_budget(self) -> float:
+        """(1 + guard) x LRU's misses, plus (with experts) what the predictions' shadow has
+        saved against LRU: excess misses the cache took on following an expert, or the
+        predictions from another state, must not hold it to LRU while the predictions
+        gain."""
+        lru = self.lru_shadow.stats.misses
+        saved = max(0, lru - self.predicted_shadow.stats.misses) if self.predicted_shadow is not None else 0
+        return (1 + self.guard) * lru + saved
 
     def _start_phase(self) -> None:
         self.old = set(self.recency)
