@@ -14,6 +14,7 @@ REAL_TRACES = {
     "cloudphysics": ("classic/cloudPhysicsIO.oracleGeneral.bin", 30_000),
     "web07": ("classic/cache2k_web07.trace.xz", 30_000),
     "multi2": ("classic/lirs/multi2.trace.gz", 26_311),
+    "swim": ("classic/address/swim.trace.gz", 20_000),
     "twolf": ("classic/address/twolf.trace.gz", 20_000),
     "mooncake": ("kv/mooncake_conversation_trace.jsonl", 1_000),  # prompts, i.e. ~24k blocks
     "criteo": ("embedding/criteo_kaggle_first999.tsv", None),

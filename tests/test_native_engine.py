@@ -163,10 +163,12 @@ def test_laru_guard_evicts_by_recency_like_the_spec():
 
 
 def test_laru_guard_budget_grows_with_the_predictions_shadow_like_the_spec():
-    # The case of test_policy_spec's guard-budget test: the widened budget decides there.
-    trace = real_trace("twolf")
-    got = assert_same_decisions(trace, "laru", 92, oracle_predictions(trace, 0.3, seed=3), mode="async")
-    assert got.stats["guarded_evictions"] > 0 and got.stats["misses"] < native_replay(trace, "lru", 92).stats["misses"]
+    # swim: test_policy_spec's guard-budget case, where the wider budget decides (6,864
+    # misses without it); twolf (5%, 30% negated): where its cap decides (3,771 without it).
+    for name, capacity, noise, most in (("swim", 33, 0.5, 6700), ("twolf", 92, 0.3, 3950)):
+        trace = real_trace(name)
+        got = assert_same_decisions(trace, "laru", capacity, oracle_predictions(trace, noise, seed=3), mode="async")
+        assert got.stats["guarded_evictions"] > 0 and got.stats["misses"] < most
 
 
 def test_long_trace_small_cache_exercises_tree_compaction():

@@ -154,12 +154,14 @@ private:
     }
 
     // LARU._guard_budget: (1 + guard) x LRU's misses, plus what the predictions' shadow
-    // has saved against LRU so far.
+    // has saved against LRU so far, up to guard x LRU's misses.
     double guard_budget() const {
-        const double saved = predictions_shadow_ == nullptr
-                                 ? 0.0
-                                 : static_cast<double>(std::max<int64_t>(0, lru_misses_ - predictions_shadow_->misses()));
-        return (1 + params_.guard) * static_cast<double>(lru_misses_) + saved;
+        const auto lru = static_cast<double>(lru_misses_);
+        double saved = 0.0;
+        if (predictions_shadow_ != nullptr)
+            saved = std::min(static_cast<double>(std::max<int64_t>(0, lru_misses_ - predictions_shadow_->misses())),
+                             params_.guard * lru);
+        return (1 + params_.guard) * lru + saved;
     }
 
     // The second rank of the cache's tree: the first-seen expert's (0 without experts).

@@ -11,9 +11,9 @@ On a miss into a full cache:
 
 The defaults are lcr's measured best for a learned model (docs/predictor.md, "Learned
 eviction"; tests/test_defaults.py): b = 1.05 with ``credit``, ``guard`` 0.005 and the
-heuristic experts (``intervals``), below. Their guarantee is the guard's (at most 1.005
-x LRU's misses + k, plus what the predictions' own shadow saved against LRU), not
-Theorem 1's, which credit gives up. Algorithm 1 as the paper
+heuristic experts (``intervals``), below. Their guarantee is the guard's (at most 1.01 x
+LRU's misses + k, 1.005 x where the predictions do not beat LRU), not Theorem 1's, which
+credit gives up. Algorithm 1 as the paper
 writes it, which Theorem 1 and the paper's experiments are about, is ``PAPER_RULE`` (b =
 2, the extensions off).
 
@@ -40,8 +40,9 @@ and LARU still makes OPT's decisions. With the experts, the budget also grows by
 predictions' shadow (below) has saved against LRU so far: the cache may fall behind LRU
 following an expert, or the predictions from another state, and a budget of LRU's misses
 alone would then hold it to recency for good (it can only earn the budget back at g per
-LRU miss) while its predictions gain. Predictions no better than LRU save nothing, and
-the bound is as above.
+LRU miss) while its predictions gain. The growth is at most guard x LRU's misses, so
+the bound becomes (1 + 2 guard) x LRU's misses + k; predictions no better than LRU save
+nothing, and it stays (1 + guard) x LRU's + k.
 
 ``intervals`` (lcr's extension) switches on LARU's heuristic experts
 (``lcr.policies.laru_experts``: each key's own smoothed interval, frequency with aging,
@@ -251,11 +252,13 @@ class LARU(Policy):
 
     def _guard_budget(self) -> float:
         """(1 + guard) x LRU's misses, plus (with experts) what the predictions' shadow has
-        saved against LRU: excess misses the cache took on following an expert, or the
-        predictions from another state, must not hold it to LRU while the predictions
-        gain."""
+        saved against LRU, up to guard x LRU's misses: excess misses the cache took on
+        following an expert, or the predictions from another state, must not hold it to
+        LRU while the predictions gain."""
         lru = self.lru_shadow.stats.misses
-        saved = max(0, lru - self.predicted_shadow.stats.misses) if self.predicted_shadow is not None else 0
+        saved = 0.0
+        if self.predicted_shadow is not None:
+            saved = min(max(0, lru - self.predicted_shadow.stats.misses), self.guard * lru)
         return (1 + self.guard) * lru + saved
 
     def _start_phase(self) -> None:
