@@ -72,7 +72,8 @@ def register(subparsers) -> None:
                    help="cache sizes in tokens, or %% of the trace's distinct tokens (comma-separated)")
     p.add_argument("--policies", default="lru,laru,fpb,hf,rlt,opt", help=policies_help())
     p.add_argument("--predictor", default="oracle",
-                   help="oracle, noisy:P, lightgbm (early first fit, recent intervals until then), "
+                   help="oracle, noisy:P, residual (serving's default: an online survival model of "
+                        "reuse intervals), lightgbm (early first fit, recent intervals until then), "
                         "intervals, lightgbm-late (first fit after 10,000 accesses), or lightgbm-belady "
                         "(relaxed-Belady classifier, ranked by age plus a learned bonus)")
     p.add_argument("--noise", default=None,
