@@ -228,9 +228,12 @@ def test_the_shadow_serves_on_the_twin_the_engine_hands_in():
         def __init__(self):
             self.served = []
 
-        def serve(self, request, now):
+        def admit(self, request, now):
             self.served.append((request.paths, now))
-            return 7
+            return type("Admitted", (), {"hit_tokens": 7, "matched": len(request.paths)})()
+
+        def complete(self, admitted, now):
+            pass
 
     class Engine(Nodes):
         def lru_twin(self):
@@ -242,6 +245,28 @@ def test_the_shadow_serves_on_the_twin_the_engine_hands_in():
     policy.on_request([3, 4], [10, 10], 0)
     policy.on_request([3], [10], 1)
     assert engine.twin.served == [((3, 4), 0), ((3,), 1)] and policy.shadow.hits == 14
+
+
+def test_under_a_live_engine_the_twin_caches_a_request_when_the_engine_does():
+    # The second request arrives while the first is in flight (its blocks not cached yet):
+    # no live cache can hit them, so neither may the LRU twin the cache is judged against.
+    class LiveTree(RadixTree):
+        caches_requests_later = True
+
+    w = build_workload(generate("online_qa:conversations=3,seed=1"))
+    first = w.requests[0]
+    second = type(first)(first.paths + (10**9,), first.tokens + (16,))
+    policy = RadixLARU(PathOracle(w))
+    tree = LiveTree(10**6, policy)
+    a, b = tree.admit(first, 0), tree.admit(second, 1)
+    tree.complete(a, 0)
+    policy.on_request_cached(0)
+    tree.complete(b, 1)
+    policy.on_request_cached(1)
+    assert policy.hit_tokens == policy.shadow.hits == 0
+    tree.complete(tree.admit(second, 2), 2)  # later, both hit the whole first prompt and more
+    policy.on_request_cached(2)
+    assert policy.hit_tokens == policy.shadow.hits == sum(second.tokens)
 
 
 class FixedTwin:
@@ -257,7 +282,7 @@ class FixedTwin:
 def test_a_request_that_hits_more_than_the_twin_widens_the_window_by_b_up_to_one():
     policy = filled(64, {}, b=2.0)
     twin = FixedTwin()
-    policy.shadow = type("Shadow", (), {"request": lambda self, p, t, n: twin.hit, "hits": 0})()
+    policy.shadow = type("Shadow", (), {"request": lambda self, p, t, n, complete=True: twin.hit, "hits": 0})()
     for i, key in enumerate([1, 2]):
         induce(policy, key, 100 + 2 * i)
     assert policy.lam == 0.25
@@ -271,7 +296,7 @@ def test_a_request_that_hits_more_than_the_twin_widens_the_window_by_b_up_to_one
         policy.on_access([3], now, [10])
     assert policy.lam == 1.0 and policy.stats.extra["credited_requests"] == 3
     policy = filled(64, {}, b=2.0, credit=0)
-    policy.shadow = type("Shadow", (), {"request": lambda self, p, t, n: 0, "hits": 0})()
+    policy.shadow = type("Shadow", (), {"request": lambda self, p, t, n, complete=True: 0, "hits": 0})()
     induce(policy, 1, 100)
     policy.on_request([3], [10], 200)
     policy.on_access([3], 200, [10])

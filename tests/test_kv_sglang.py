@@ -93,6 +93,27 @@ def test_the_sglang_driver_hands_in_an_empty_lru_twin_of_its_capacity():
     assert twin.capacity_tokens == capacity and twin.used_tokens == 0
 
 
+def test_the_driver_tells_the_policy_which_request_its_tree_cached():
+    """A live server inserts a prompt after its prefill, inside the request's context: the
+    driver passes that request's match time on (``on_request_cached``); an insert outside
+    a known request (lcr sim-kv: right after the match) is the latest request's."""
+    from types import SimpleNamespace
+
+    w = online_qa()
+    capacity = w.distinct_tokens // 10
+    cache, allocator = build_cache(policy("laru", w, capacity), capacity)
+    driver, told = cache.driver, []
+    driver.policy.on_request_cached = told.append
+    replay_sglang(w, capacity, None, cache=(cache, allocator))
+    assert told and told == sorted(told) and told[-1] <= driver.now
+    told.clear()
+    driver._request_time["r7"] = 5
+    with driver.inserting_for(SimpleNamespace(rid="r7")):
+        driver.on_insert(SimpleNamespace(last_device_node=cache.tree_core.root_node))
+    driver.on_insert(SimpleNamespace(last_device_node=cache.tree_core.root_node))
+    assert told == [5, driver.now]
+
+
 @pytest.mark.parametrize("name", ["lru", "laru"])
 def test_engines_agree_on_a_mooncake_slice(name):
     trace = real_trace("mooncake").head(int(real_trace("mooncake").request_offsets[300]))

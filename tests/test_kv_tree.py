@@ -124,6 +124,37 @@ def test_the_in_flight_request_path_is_never_offered_for_eviction():
     assert policy.offers and all(not locked_path & set(offer) for offer in policy.offers)
 
 
+def test_a_request_admitted_before_another_is_cached_does_not_hit_it():
+    """``admit`` then ``complete``, as a live server serves a request: the second request
+    arrives while the first is in flight, so it cannot hit the first one's new blocks;
+    the second completion finds them cached and inserts only the rest, once."""
+    w = workload([1, 2, 3], [1, 2, 3, 4])
+    first, second = w.requests
+    tree = RadixTree(100, RadixLRU())
+    a = tree.admit(first, 0)
+    b = tree.admit(second, 1)
+    assert a.hit_tokens == b.hit_tokens == 0
+    tree.complete(a, 0)
+    tree.complete(b, 1)
+    assert sorted(tree.nodes) == [first.paths[0], second.paths[3]] and tree.used_tokens == 40
+    assert all(node.locks == 0 for node in tree.nodes.values())
+    # In sequence (serve), the second request hits the first's three blocks.
+    tree = RadixTree(100, RadixLRU())
+    assert [tree.serve(r, t) for t, r in enumerate(w.requests)] == [0, 30]
+
+
+def test_an_admitted_requests_path_stays_locked_until_it_completes():
+    w = workload([1, 2], [5, 6], [7, 8])
+    tree = RadixTree(40, RadixLRU())
+    tree.serve(w.requests[0], 0)
+    held = tree.admit(w.requests[0], 1)  # fully cached, in flight: its path is locked
+    tree.serve(w.requests[1], 2)
+    tree.serve(w.requests[2], 3)  # room for [7, 8] comes from [5, 6], not the held path
+    assert w.requests[0].paths[0] in tree.nodes and w.requests[1].paths[0] not in tree.nodes
+    tree.complete(held, 1)
+    assert all(node.locks == 0 for node in tree.nodes.values())
+
+
 def test_eviction_of_more_than_is_evictable_returns_what_it_freed():
     w = workload([1, 2], [3])
     tree, _ = serve_all(w, 100, RadixLRU())

@@ -76,6 +76,10 @@ def first_token_key(node) -> int:
 class PolicyDriver(CacheView):
     """Feeds one ``LeafPolicy`` from SGLang's tree and counts what it did."""
 
+    # A request's prompt is inserted after its prefill (or right after its match, when
+    # lcr sim-kv drives the tree): ``on_insert`` tells the policy which request it was.
+    caches_requests_later = True
+
     def __init__(self, policy: LeafPolicy, *, capacity_tokens: int, page_size: int = 1,
                  sim_keys: bool = False):
         self._use(policy)
@@ -212,6 +216,7 @@ class PolicyDriver(CacheView):
             node = self.tree_core.node_by_id(node)
         now = self.inserting_time if self.inserting_time is not None else max(self.now, 0)
         self._report(node, now)
+        self.policy.on_request_cached(now)  # an insert outside a known request: the latest
 
     def on_split(self, upper, lower) -> None:
         if self.sim_keys:

@@ -31,7 +31,9 @@ CI compares the two victim by victim):
   (``CacheView.lru_twin()``). A phase that starts with this cache's hit tokens at least
   (1 - ``slack``) of the twin's (slack 0.01) follows the rules above from lambda = 1;
   any other phase is LRU, and a trusted phase that falls behind turns LRU for its rest. So the loss to LRU is at most slack
-  plus one trusted stretch, and exact predictions are never behind (leaf-OPT).
+  plus one trusted stretch, and exact predictions are never behind (leaf-OPT). Under a
+  live server the twin caches a request's blocks when the server does
+  (``on_request_cached``), not at its arrival, so it hits nothing still in flight.
 * ``confidence=balance`` (``laru-lpc``: LPC's predictions are right on average but wrong
   on many single conversations): no induced misses; ``lcr.kv.reuse.LRUBalance``
   estimates from reuse distances the hit tokens LRU would have had, and the window is
@@ -119,7 +121,12 @@ class RadixLARU(_Predictive):
         if self.shadow is None and self.view is not None:
             self.shadow = ShadowLRU(self.view.lru_twin())
         if self.shadow is not None:
-            self._twin_hit = self.shadow.request(paths, tokens, now)
+            later = getattr(self.view, "caches_requests_later", False)
+            self._twin_hit = self.shadow.request(paths, tokens, now, complete=not later)
+
+    def on_request_cached(self, t):
+        if self.shadow is not None:
+            self.shadow.complete(t)
 
     def on_access(self, keys, now, depths=None):
         if self.wants_requests and now != self._hit_now:  # a request's first report: its hits

@@ -44,6 +44,11 @@ class CacheView(ABC):
     def tokens_of(self, keys: Iterable[int]) -> int:
         """Tokens held by the cached nodes among ``keys``."""
 
+    #: Whether a request's blocks are cached after later requests may have arrived (a
+    #: live server caches a prompt after its prefill); such an engine calls
+    #: ``on_request_cached``.
+    caches_requests_later: bool = False
+
     @abstractmethod
     def lru_twin(self):
         """An empty LRU cache of this capacity that serves ``BlockRequest``s (its
@@ -89,6 +94,10 @@ class LeafPolicy(ABC):
     def on_request(self, paths: Sequence[int], tokens: Sequence[int], now: int) -> None:
         """A request arrives, before ``on_access``: its blocks' path ids and tokens, root
         first (only sent to policies with ``wants_requests``)."""
+
+    def on_request_cached(self, t: int) -> None:
+        """The engine cached the blocks of the request that arrived at ``t`` (engines whose
+        ``caches_requests_later`` is true: a live server, after the prompt's prefill)."""
 
     def on_miss(self, key: int, now: int) -> None:
         """A request found its blocks cached only up to ``key`` (its first missing block),

@@ -7,20 +7,33 @@ its count *is* LRU's, not an estimate (``lcr.kv.reuse`` estimates it from reuse 
 instead, off by up to 10% on Online-QA because LRU evicts whole nodes). A request costs
 what serving it in the twin costs: a walk of its blocks plus O(log n) per eviction.
 Needs the engine's ``on_request`` (the request's blocks); engines that do not send it
-leave ``requests`` at 0.
+leave ``requests`` at 0. A live engine caches a prompt only after its prefill, so a
+request arriving meanwhile cannot hit it; ``request(..., complete=False)`` matches at
+arrival and inserts at ``complete(t)``, when the engine caches request t, so the twin
+gets no hit that no live cache could have (chats share 8% of their prompt tokens only
+with one of the 10 requests before them).
 Not thread-safe: one engine thread drives it.
 """
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Protocol
 
 from lcr.kv.requests import BlockRequest
 
 
-class ServesBlocks(Protocol):
-    """An engine as the shadow sees it: serve a request, return its hit tokens."""
+#: Requests matched but not yet cached by the engine that a shadow keeps at most (an
+#: engine that never caches one, e.g. an aborted request, must not lock its path forever).
+MAX_PENDING = 1024
 
-    def serve(self, request: BlockRequest, now: int) -> int: ...
+
+class ServesBlocks(Protocol):
+    """An engine as the shadow sees it: a request matched (its hit tokens, its path
+    locked), then its missing blocks inserted."""
+
+    def admit(self, request: BlockRequest, now: int): ...
+
+    def complete(self, admitted, now: int) -> None: ...
 
 
 class ShadowLRU:
@@ -28,11 +41,27 @@ class ShadowLRU:
         self.twin = twin
         self.hits = 0       # LRU's hit tokens so far
         self.requests = 0
+        self._pending: OrderedDict[int, object] = OrderedDict()  # request time -> admitted
 
-    def request(self, paths, tokens, now: int) -> int:
-        """Serve one request (block path ids and tokens, root first); LRU's hit tokens."""
-        hit = self.twin.serve(BlockRequest(tuple(paths), tuple(tokens)), now)
-        self.hits += hit
+    def request(self, paths, tokens, now: int, complete: bool = True) -> int:
+        """One request (block path ids and tokens, root first) at time ``now``; LRU's hit
+        tokens. ``complete=False``: its blocks are inserted at ``complete(now)``."""
+        admitted = self.twin.admit(BlockRequest(tuple(paths), tuple(tokens)), now)
+        if complete or admitted.matched == len(paths):  # nothing to insert: no need to wait
+            self.twin.complete(admitted, now)
+        else:
+            self._pending[now] = admitted
+            if len(self._pending) > MAX_PENDING:
+                t, oldest = self._pending.popitem(last=False)
+                self.twin.complete(oldest, t)
+        self.hits += admitted.hit_tokens
         self.requests += 1
-        return hit
+        return admitted.hit_tokens
+
+    def complete(self, t: int) -> None:
+        """The engine cached the blocks of the request that arrived at ``t`` (no-op if that
+        request was completed already, or never pending)."""
+        admitted = self._pending.pop(t, None)
+        if admitted is not None:
+            self.twin.complete(admitted, t)
 

@@ -39,6 +39,7 @@ class RadixTree(CacheView):
         self.used_tokens = 0
         self.nodes: dict[int, Node] = {}
         self.leaves: dict[int, Node] = {}  # childless cached nodes, locked or not
+        self.inserts = 0  # nodes inserted so far
 
     # CacheView
     def cached_keys(self):
@@ -54,17 +55,35 @@ class RadixTree(CacheView):
     # Serving
     def serve(self, request: BlockRequest, now: int) -> int:
         """Serve one request at time ``now``; return its cached (hit) tokens."""
+        admitted = self.admit(request, now)
+        self.complete(admitted, now)
+        return admitted.hit_tokens
+
+    def admit(self, request: BlockRequest, now: int) -> "Admitted":
+        """A request's first half: match it and lock its cached path, as a request in flight
+        holds it; ``complete`` inserts what it misses. ``serve`` does both at once; a shadow
+        of a live engine completes a request when that engine caches it."""
         paths, tokens = request.paths, request.tokens
         if self.policy.wants_requests:
             self.policy.on_request(paths, tokens, now)
         last, matched, path = self.match(paths)
         hit_tokens = sum(tokens[:matched])
         self.policy.on_access([n.key for n in path], now, _depths(path))
-        if matched == len(paths):
-            return hit_tokens
-        self.policy.on_miss(paths[matched], now)
+        if matched < len(paths):
+            self.policy.on_miss(paths[matched], now)
         self.lock(last)
+        return Admitted(request, last, matched, hit_tokens, self.inserts)
+
+    def complete(self, admitted: "Admitted", now: int) -> None:
+        """Insert the blocks ``admitted`` still misses (evicting for room), then unlock its
+        path. Another request completed in between may have inserted some of them."""
+        paths, tokens = admitted.request.paths, admitted.request.tokens
         try:
+            last, matched = admitted.last, admitted.matched
+            if self.inserts != admitted.inserts:  # others inserted since: walk again
+                last, matched, _ = self.match(paths)
+            if matched == len(paths):
+                return
             need = sum(tokens[matched:])
             if need > self.free_tokens:
                 self.evict(need - self.free_tokens, paths[matched], now)
@@ -74,10 +93,9 @@ class RadixTree(CacheView):
                 fit += 1
             if fit > matched:
                 node = self.insert(last, paths[matched:fit], tokens[matched:fit])
-                self.policy.on_access([node.key], now, [hit_tokens + node.size])
+                self.policy.on_access([node.key], now, [sum(tokens[:matched]) + node.size])
         finally:
-            self.unlock(last)
-        return hit_tokens
+            self.unlock(admitted.last)
 
     @property
     def free_tokens(self) -> int:
@@ -114,6 +132,7 @@ class RadixTree(CacheView):
         self.nodes[node.key] = node
         self.leaves[node.key] = node
         self.used_tokens += node.size
+        self.inserts += 1
         return node
 
     def lock(self, node: Node) -> None:
@@ -183,6 +202,16 @@ class RadixTree(CacheView):
             self.leaves[node.key] = node
         self.policy.on_split(upper.key, node.key)
         return upper
+
+
+class Admitted:
+    """A request ``RadixTree.admit`` matched: its locked path's end and hit tokens."""
+
+    __slots__ = ("request", "last", "matched", "hit_tokens", "inserts")
+
+    def __init__(self, request: BlockRequest, last: Node, matched: int, hit_tokens: int, inserts: int):
+        self.request, self.last, self.matched, self.hit_tokens = request, last, matched, hit_tokens
+        self.inserts = inserts  # the tree's insert count at the match
 
 
 class EvictableLeaves:
