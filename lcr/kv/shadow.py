@@ -10,8 +10,8 @@ Needs the engine's ``on_request`` (the request's blocks); engines that do not se
 leave ``requests`` at 0. A live engine caches a prompt only after its prefill, so a
 request arriving meanwhile cannot hit it; ``request(..., complete=False)`` matches at
 arrival and inserts at ``complete(t)``, when the engine caches request t, so the twin
-gets no hit that no live cache could have (chats share 8% of their prompt tokens only
-with one of the 10 requests before them).
+gets no hit that no live cache could have (a chat's next turn often arrives while the
+previous one is still in flight).
 Not thread-safe: one engine thread drives it.
 """
 from __future__ import annotations

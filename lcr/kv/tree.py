@@ -79,9 +79,10 @@ class RadixTree(CacheView):
         path. Another request completed in between may have inserted some of them."""
         paths, tokens = admitted.request.paths, admitted.request.tokens
         try:
-            last, matched = admitted.last, admitted.matched
+            last, matched, above = admitted.last, admitted.matched, admitted.hit_tokens
             if self.inserts != admitted.inserts:  # others inserted since: walk again
                 last, matched, _ = self.match(paths)
+                above = sum(tokens[:matched])
             if matched == len(paths):
                 return
             need = sum(tokens[matched:])
@@ -93,7 +94,7 @@ class RadixTree(CacheView):
                 fit += 1
             if fit > matched:
                 node = self.insert(last, paths[matched:fit], tokens[matched:fit])
-                self.policy.on_access([node.key], now, [sum(tokens[:matched]) + node.size])
+                self.policy.on_access([node.key], now, [above + node.size])
         finally:
             self.unlock(admitted.last)
 
