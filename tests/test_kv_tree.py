@@ -143,6 +143,31 @@ def test_a_request_admitted_before_another_is_cached_does_not_hit_it():
     assert [tree.serve(r, t) for t, r in enumerate(w.requests)] == [0, 30]
 
 
+class _NewestLeaf(LeafPolicy):
+    """Evicts the most recently used leaf: the node another request has just inserted."""
+
+    name = "mru"
+
+    def pick_victim(self, leaves, now):
+        return max(leaves, key=lambda k: (self.last_access.get(k, -1), k))
+
+
+def test_a_completion_never_evicts_the_node_its_insert_goes_under():
+    """A request completed after another inserted part of its path walks again and ends on
+    the other's node; that node must stay through the eviction that makes room, or the
+    insert would hang the request's blocks under a node no longer in the tree."""
+    w = workload([9], [1, 2, 3], [1, 2])
+    old, long, short = w.requests
+    tree = RadixTree(30, _NewestLeaf())
+    tree.serve(old, 0)
+    a, b = tree.admit(long, 1), tree.admit(short, 2)
+    tree.complete(b, 2)  # [1, 2] cached, unlocked; [1, 2, 3] needs 10 more tokens, none free
+    tree.complete(a, 1)
+    assert old.paths[0] not in tree.nodes  # the room came from the only other leaf
+    assert tree.match(long.paths)[1] == 3 and tree.used_tokens == 30
+    assert all(node.locks == 0 for node in tree.nodes.values())
+
+
 def test_an_admitted_requests_path_stays_locked_until_it_completes():
     w = workload([1, 2], [5, 6], [7, 8])
     tree = RadixTree(40, RadixLRU())

@@ -78,11 +78,14 @@ class RadixTree(CacheView):
         """Insert the blocks ``admitted`` still misses (evicting for room), then unlock its
         path. Another request completed in between may have inserted some of them."""
         paths, tokens = admitted.request.paths, admitted.request.tokens
+        last, matched, above = admitted.last, admitted.matched, admitted.hit_tokens
+        if self.inserts != admitted.inserts:  # others inserted since: walk again
+            last, matched, _ = self.match(paths)
+            above = sum(tokens[:matched])
+        # The walk may end below the admitted path, on nodes another request inserted since:
+        # lock them too, or the eviction below could take the node the insert goes under.
+        self.lock(last)
         try:
-            last, matched, above = admitted.last, admitted.matched, admitted.hit_tokens
-            if self.inserts != admitted.inserts:  # others inserted since: walk again
-                last, matched, _ = self.match(paths)
-                above = sum(tokens[:matched])
             if matched == len(paths):
                 return
             need = sum(tokens[matched:])
@@ -96,6 +99,7 @@ class RadixTree(CacheView):
                 node = self.insert(last, paths[matched:fit], tokens[matched:fit])
                 self.policy.on_access([node.key], now, [above + node.size])
         finally:
+            self.unlock(last)
             self.unlock(admitted.last)
 
     @property
