@@ -2,6 +2,7 @@
 
     PYTHONPATH=. nice -n 5 python benchmarks/sglang_ttft.py                 # every plan, ~2 h
     PYTHONPATH=. python benchmarks/sglang_ttft.py --plans grid --dry-run    # the cells, sizes
+    PYTHONPATH=. python benchmarks/sglang_ttft.py --plans grid --replay     # the same through lcr sim-kv
 
 Real SGLang 0.5.23 CPU servers (``python -m sglang_patch.launch_server``, the ``small``
 model of tests/sglang_e2e_model.py, whose prefill costs tens of microseconds a token, so a
@@ -40,6 +41,15 @@ load drifting on a shared host falls on all policies alike. Each finished run is
 at once (atomically) to its workload's file, ``--out-dir``/sglang_ttft_<workload>_<model>.json;
 a re-run skips the runs already there (``--fresh`` starts over). TTFT is timed by the client from the moment it sends a request to its first
 streamed chunk; cached tokens come from SGLang's /metrics.
+
+``--replay`` serves nothing: it replays each (plan, workload, pool) of the plans, the same
+prompts and pool, one request at a time through SGLang's tree in simulation mode (``lcr
+sim-kv --engine sglang``, SGLang's own strategy objects for its policies, lcr's serving
+policies built as the server builds them), prints each policy's hit-token ratio beside its
+live median at concurrency 10 with both orders of the policies, and writes
+``sglang_ttft_<workload>_replay.json`` (a few minutes for every plan). What a replay
+leaves out: requests in flight (their prefixes not yet cached, their tokens held in the
+pool) and the output tokens a server caches after each prompt.
 """
 from __future__ import annotations
 
@@ -279,6 +289,95 @@ def server_args(policy: str, predictor_url: str | None, tlru: dict | None = None
     if policy == "lpc":
         return "lpc", ()
     raise SystemExit(f"unknown policy {policy!r}; valid: {', '.join(POLICIES)}")
+
+
+# -- replay -----------------------------------------------------------------------------------
+def replay_workload(name: str, requests: int, scale: float):
+    """The ``BlockWorkload`` a run serves, as ``lcr sim-kv`` replays it: blocks scaled as
+    ``workload_prompts`` scales them, behind the one token every prompt starts with (path
+    0, shared by all), so each replayed request has its live prompt's tokens and sharing."""
+    from lcr.kv.requests import BlockRequest, BlockWorkload
+
+    workload = load_workload(name, requests)
+    sizes = [max(1, math.ceil(tokens * scale)) for tokens in workload.path_tokens]
+    replayed = BlockWorkload([BlockRequest((0, *(p + 1 for p in r.paths)), (1, *(sizes[p] for p in r.paths)))
+                              for r in workload.requests[:requests]], workload.name)
+    replayed.meta = workload.meta
+    return replayed
+
+
+def replay_policy(policy: str, tlru: dict, capacity: int):
+    """What a live run of ``policy`` serves, for SGLang's tree in simulation mode: SGLang's
+    own strategy objects for its policies; lcr's serving policy built as the server builds
+    it (``laru-service`` is not replayed: ``replay_cells``)."""
+    from lcr.integrations.sglang_config import PolicyConfig, build_policy
+    from lcr.integrations.sglang_sim import SGLangStrategy
+
+    if policy == "lru" or policy in SGLANG_BUILTINS:
+        return SGLangStrategy(policy, **(tlru if policy == "tlru" else {}))
+    options = {"predictor_noise": float(policy[len("laru~"):])} if policy.startswith("laru~") else {}
+    return build_policy(PolicyConfig.parse(policy.split("~")[0].split("-")[0], json.dumps(options)), capacity)
+
+
+def replay_cells(cells: list[Cell], args) -> dict:
+    """Each (plan, workload, pool) of ``cells`` replayed once per policy through SGLang's
+    tree (``lcr sim-kv --engine sglang``'s replay, with the keys a live server uses), one
+    request at a time: {"plan|workload|pool": {policy: hit tokens / prompt tokens}}.
+    ``laru-service`` is left out: its model fits in the background of another process, so
+    its answers depend on timing, and no replay repeats them."""
+    from sglang_server import STUBS
+
+    try:
+        import torchvision  # noqa: F401
+    except Exception:  # the CPU stand-ins the live servers run with
+        sys.path.insert(0, str(STUBS))
+    from lcr.integrations.sglang_sim import check_sglang, replay_sglang
+
+    check_sglang()
+    groups: dict[str, list[str]] = {}
+    for cell in cells:
+        names = groups.setdefault(f"{cell.plan}|{cell.workload}|{cell.pool:g}", [])
+        if not cell.policy.startswith("laru-service") and cell.policy not in names:
+            names.append(cell.policy)
+    out = {}
+    for key, policies in groups.items():
+        _, name, pool = key.split("|")
+        scale = SCALES[name] * args.token_scale
+        prompts, sizing = run_prompts(name, args.requests, scale)
+        workload, capacity = replay_workload(name, args.requests, scale), pool_size(float(pool), sizing)
+        out[key] = {}
+        for policy in policies:
+            started = time.perf_counter()
+            hits = replay_sglang(workload, capacity, replay_policy(policy, tlru_config(prompts), capacity),
+                                 keys="serving")
+            out[key][policy] = hits / workload.total_tokens
+            print(f"replay {key.replace('|', ' ')} {policy}: {out[key][policy]:.4f} of the prompt tokens "
+                  f"({time.perf_counter() - started:.0f} s)", flush=True)
+    return out
+
+
+def replay_table(replayed: dict, runs: dict) -> str:
+    """Per (plan, workload, pool): each policy's replayed hit-token ratio and its live
+    median cached-token ratio at concurrency 10 (where run), and both orders of the policies."""
+    rows = by_cell(runs)
+    lines = ["| cell | replay / live c10 | replay order | live order |", "|---|---|---|---|"]
+    for key, ratios in replayed.items():
+        plan, workload, pool = key.split("|")
+        live = {p: statistics.median(r["cached_ratio"] for r in rows[(plan, workload, pool, "c10", p)])
+                for p in ratios if (plan, workload, pool, "c10", p) in rows}
+        parts = [f"{p} {v:.3f}" + (f" / {live[p]:.3f}" if p in live else "") for p, v in ratios.items()]
+        lines.append(f"| {plan} {workload} {float(pool):.1%} | " + ", ".join(parts) + f" | "
+                     f"{_order({p: ratios[p] for p in live} or ratios)} | {_order(live) if live else '-'} |")
+    return "\n".join(lines)
+
+
+def _order(values: dict) -> str:
+    """Policies from most to least cached, '=' joining those within 0.001."""
+    ranked = sorted(values, key=lambda p: -values[p])
+    out = ranked[:1]
+    for prev, p in zip(ranked, ranked[1:]):
+        out.append(("= " if values[prev] - values[p] < 0.001 else "> ") + p)
+    return " ".join(out)
 
 
 # -- running ----------------------------------------------------------------------------------
@@ -596,6 +695,10 @@ def parse_args(argv=None):
     p.add_argument("--dry-run", action="store_true", help="list the runs and the workloads' sizes; start nothing")
     p.add_argument("--report", action="store_true", help="print the table of the runs already made; start nothing")
     p.add_argument("--plot", type=Path, help="also draw P99 TTFT over LRU's per cell into this PNG")
+    p.add_argument("--replay", action="store_true",
+                   help="replay the plans' workloads and pools through SGLang's tree (lcr sim-kv --engine "
+                   "sglang) instead of serving them; print them beside the live runs in --out-dir and write "
+                   "sglang_ttft_<workload>_replay.json there")
     args = p.parse_args(argv)
     args.plans = _names("--plans", args.plans, PLANS)
     args.policies = _names("--policies", args.policies, POLICIES)
@@ -637,6 +740,20 @@ def main(argv=None) -> int:
                   + ", ".join(f"{share:g}: {pool_size(share, sizing)}"
                               for share in sorted({c.pool for c in cells if c.workload == workload})))
         print("\n".join(c.key for c in cells))
+        return 0
+    if args.replay:
+        from lcr.atomic import write_atomic
+
+        replayed = replay_cells(cells, args)
+        for workload in dict.fromkeys(c.workload for c in cells):  # one file per workload, as live
+            mine = {k: v for k, v in replayed.items() if k.split("|")[1] == workload}
+            write_atomic(args.out_dir / f"sglang_ttft_{workload}_replay.json",
+                         json.dumps({"meta": {k: v for k, v in meta.items() if k != "model"}, "cells": mine},
+                                    indent=1).encode())
+        live = ResultFiles(args.out_dir, args.model, meta, False)
+        for workload in dict.fromkeys(c.workload for c in cells):
+            live.of(workload)
+        print(replay_table(replayed, live.runs()))
         return 0
     results = ResultFiles(args.out_dir, args.model, meta, args.fresh and not args.report)
     for cell in cells:

@@ -188,3 +188,40 @@ def test_each_workload_and_model_has_its_own_results_file(tmp_path):
                                                           "sglang_ttft_online_qa_small.json"]
     again = bench.ResultFiles(tmp_path, "small", {"model": "small"}, fresh=False)
     assert a in again and b in again and again.runs() == {a.key: {"x": 1}, b.key: {"x": 2}}
+
+
+def test_the_replay_serves_each_live_prompts_tokens_and_sharing():
+    """--replay replays what a live run serves: each request as long as its prompt (the
+    first token, shared by every prompt, included) and the same distinct tokens, so the
+    same pool holds the same share of them."""
+    for name in ("aibrix", "online_qa"):
+        prompts, _ = bench.run_prompts(name, 60, bench.SCALES[name])
+        workload = bench.replay_workload(name, 60, bench.SCALES[name])
+        assert [r.total_tokens for r in workload.requests] == [len(p) for p in prompts]
+        # live prompts may also share a token by chance (sibling blocks drawn with the same first id)
+        assert 0 <= workload.distinct_tokens - bench.distinct_tokens(prompts) <= workload.total_tokens // 1000
+
+
+def test_the_replay_builds_each_policy_as_its_server_does():
+    from sglang_server import import_sglang_or_skip
+
+    import_sglang_or_skip()
+    tlru = {"threshold": 4, "next_prompt_estimate": 2}
+    assert bench.replay_policy("tlru", tlru, 1000).options == tlru
+    assert bench.replay_policy("lru", tlru, 1000).name == "lru"
+    assert bench.replay_policy("lfu", tlru, 1000).options == {}
+    for name, noise in (("laru", None), ("laru~0.5", 0.5), ("laru~1", 1.0)):
+        policy = bench.replay_policy(name, tlru, 1000)
+        assert policy.name == "laru"
+        inner = policy.predictor.inner  # behind the server's time guard
+        assert getattr(getattr(inner, "noise", None), "p", None) == noise
+    assert bench.replay_policy("lpc", tlru, 1000).name == "lpc"
+
+
+def test_the_replay_table_orders_policies_by_cached_tokens():
+    replayed = {"grid|online_qa|0.05": {"lru": 0.10, "laru": 0.30, "tlru": 0.1004}}
+    runs = {f"grid|online_qa|0.05|c10|{p}|0": {"cached_ratio": v}
+            for p, v in (("lru", 0.15), ("laru", 0.31), ("tlru", 0.22))}
+    row = bench.replay_table(replayed, runs).splitlines()[-1]
+    assert "laru 0.300 / 0.310" in row
+    assert row.endswith("| laru > tlru = lru | laru > tlru > lru |"), row
