@@ -47,9 +47,11 @@ prompts and pool, one request at a time through SGLang's tree in simulation mode
 sim-kv --engine sglang``, SGLang's own strategy objects for its policies, lcr's serving
 policies built as the server builds them), prints each policy's hit-token ratio beside its
 live median at concurrency 10 with both orders of the policies, and writes
-``sglang_ttft_<workload>_replay.json`` (a few minutes for every plan). What a replay
-leaves out: requests in flight (their prefixes not yet cached, their tokens held in the
-pool) and the output tokens a server caches after each prompt.
+``sglang_ttft_<workload>_replay.json`` (a few minutes for every plan). ``--in-flight N``
+serves N requests at once through lcr's tree (``lcr.kv.tree.replay_in_flight``: a
+request is cached when the one N later arrives, so none hits what is still in flight),
+lcr's policies only. What a replay leaves out: the pool share the running requests'
+own tokens take, and the output tokens a server caches after each prompt.
 """
 from __future__ import annotations
 
@@ -332,6 +334,8 @@ def replay_cells(cells: list[Cell], args) -> dict:
     except Exception:  # the CPU stand-ins the live servers run with
         sys.path.insert(0, str(STUBS))
     from lcr.integrations.sglang_sim import check_sglang, replay_sglang
+    from lcr.kv.policies import RadixLRU
+    from lcr.kv.tree import replay_in_flight
 
     check_sglang()
     groups: dict[str, list[str]] = {}
@@ -347,9 +351,14 @@ def replay_cells(cells: list[Cell], args) -> dict:
         workload, capacity = replay_workload(name, args.requests, scale), pool_size(float(pool), sizing)
         out[key] = {}
         for policy in policies:
+            if args.in_flight > 1 and policy in SGLANG_BUILTINS:
+                continue  # SGLang's strategies run on its own tree, one request at a time
             started = time.perf_counter()
-            hits = replay_sglang(workload, capacity, replay_policy(policy, tlru_config(prompts), capacity),
-                                 keys="serving")
+            built = replay_policy(policy, tlru_config(prompts), capacity)
+            if args.in_flight > 1:  # lcr's tree (the engines agree, tests/test_kv_sglang.py)
+                hits = replay_in_flight(workload, capacity, RadixLRU() if policy == "lru" else built, args.in_flight)
+            else:
+                hits = replay_sglang(workload, capacity, built, keys="serving")
             out[key][policy] = hits / workload.total_tokens
             print(f"replay {key.replace('|', ' ')} {policy}: {out[key][policy]:.4f} of the prompt tokens "
                   f"({time.perf_counter() - started:.0f} s)", flush=True)
@@ -699,13 +708,17 @@ def parse_args(argv=None):
                    help="replay the plans' workloads and pools through SGLang's tree (lcr sim-kv --engine "
                    "sglang) instead of serving them; print them beside the live runs in --out-dir and write "
                    "sglang_ttft_<workload>_replay.json there")
+    p.add_argument("--in-flight", type=int, default=1,
+                   help="with --replay: serve this many requests at once, as that many clients do (a request "
+                   "is cached when the one this many later arrives); lcr's tree, lcr's policies only; "
+                   "writes sglang_ttft_<workload>_replay_c<N>.json")
     args = p.parse_args(argv)
     args.plans = _names("--plans", args.plans, PLANS)
     args.policies = _names("--policies", args.policies, POLICIES)
     args.confirm_workloads = _names("--confirm-workloads", args.confirm_workloads, CONFIRM_WORKLOADS)
     if args.builtin not in SGLANG_BUILTINS:
         refuse(f"--builtin must be one of {', '.join(SGLANG_BUILTINS)}, got {args.builtin!r}")
-    for flag, value in (("--requests", args.requests), ("--repeats", args.repeats)):
+    for flag, value in (("--requests", args.requests), ("--repeats", args.repeats), ("--in-flight", args.in_flight)):
         if value < 1:
             refuse(f"{flag} must be at least 1, got {value}")
     if not 0 < args.token_scale <= 32:
@@ -747,7 +760,8 @@ def main(argv=None) -> int:
         replayed = replay_cells(cells, args)
         for workload in dict.fromkeys(c.workload for c in cells):  # one file per workload, as live
             mine = {k: v for k, v in replayed.items() if k.split("|")[1] == workload}
-            write_atomic(args.out_dir / f"sglang_ttft_{workload}_replay.json",
+            suffix = f"_c{args.in_flight}" if args.in_flight > 1 else ""
+            write_atomic(args.out_dir / f"sglang_ttft_{workload}_replay{suffix}.json",
                          json.dumps({"meta": {k: v for k, v in meta.items() if k != "model"}, "cells": mine},
                                     indent=1).encode())
         live = ResultFiles(args.out_dir, args.model, meta, False)

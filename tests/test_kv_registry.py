@@ -60,7 +60,7 @@ def test_every_policy_option_the_docs_and_docstrings_name_is_one_the_policy_take
     from lcr.kv.laru import CONFIDENCES
 
     root = Path(__file__).resolve().parents[1]
-    files = [root / "docs/kv.md", *sorted((root / "lcr/kv").glob("*.py")), root / "lcr/lpc/sim.py",
+    files = [root / "docs/kv.md", root / "docs/lpc.md", *sorted((root / "lcr/kv").glob("*.py")), root / "lcr/lpc/sim.py",
              *sorted((root / "lcr/integrations").glob("sglang*.py")), *sorted((root / "sglang_patch").glob("*.py"))]
     names = "|".join(sorted(map(re.escape, registry.POLICIES), key=len, reverse=True))
     spec = re.compile(rf"(?<![\w-])({names}):((?:\w+=[^;,\s`'\")]*;?)+)")

@@ -161,6 +161,7 @@ def test_a_rerun_skips_finished_runs_and_refuses_other_settings(tmp_path, capsys
     (["--builtin", "laru"], "--builtin"), (["--requests", "0"], "--requests"),
     (["--token-scale", "0"], "--token-scale"), (["--open-loads", "0.5,x"], "--open-loads"),
     (["--open-loads", "-1"], "--open-loads"), (["--repeats", "x"], "--repeats"),
+    (["--in-flight", "0"], "--in-flight"),
     (["--confirm-workloads", "chat,online_qa"], "--confirm-workloads"),
     (["--out", "x"], "--out")])  # no abbreviations: --out is not --out-dir
 def test_bad_flags_are_one_line_naming_the_flag_exit_2(argv, flag, capsys):

@@ -254,3 +254,32 @@ def replay_lcr(workload, capacity_tokens: int, policy: LeafPolicy) -> int:
     """Hit tokens of a ``BlockWorkload`` through lcr's own tree."""
     tree = RadixTree(capacity_tokens, policy)
     return sum(tree.serve(request, now) for now, request in enumerate(workload.requests))
+
+
+def replay_in_flight(workload, capacity_tokens: int, policy: LeafPolicy, in_flight: int) -> int:
+    """Hit tokens of a ``BlockWorkload`` through lcr's tree with ``in_flight`` requests
+    served at once, as by a closed loop of that many clients: request t is cached (its
+    missing blocks inserted) when request t + ``in_flight`` arrives, as a live server
+    caches a prompt after its prefill, so no request hits what those still in flight add.
+    ``in_flight`` = 1 is ``replay_lcr``. Leaves out what the pool gives the running
+    requests' own tokens, and the outputs a server caches."""
+    if in_flight < 1:
+        raise ValueError(f"in_flight must be at least 1, got {in_flight}")
+    tree = RadixTree(capacity_tokens, policy)
+    tree.caches_requests_later = in_flight > 1  # the policy's LRU twin waits as the tree does
+    running: list[tuple[Admitted, int]] = []
+    hits = 0
+    for now, request in enumerate(workload.requests):
+        if len(running) == in_flight:
+            _cache(tree, *running.pop(0))
+        admitted = tree.admit(request, now)
+        hits += admitted.hit_tokens
+        running.append((admitted, now))
+    for admitted, t in running:
+        _cache(tree, admitted, t)
+    return hits
+
+
+def _cache(tree: RadixTree, admitted: "Admitted", t: int) -> None:
+    tree.complete(admitted, t)
+    tree.policy.on_request_cached(t)

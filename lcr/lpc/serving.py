@@ -26,7 +26,7 @@ scheduler thread is never held by the predictor for long.
 
 Only predictors without text features are served (LightGBM on turns + lengths,
 ``--features length``, the best measured; or the turns-only table): a MiniLM embedding
-costs tens of ms to seconds per request on CPU (docs/kv.md), on the scheduler's thread
+costs tens of ms to seconds per request on CPU (docs/lpc.md), on the scheduler's thread
 between two batches, so such models are refused at launch.
 """
 from __future__ import annotations
