@@ -248,16 +248,17 @@ class Cell:
 
 
 CONFIRM_WORKLOADS = ("aibrix", "mooncake", "chat")
+GRID_POOLS = (0.025, 0.05, 0.08)  # the paper's cache ratios
 
 
 def plan_cells(plans, policies, builtin: str, repeats: int, open_loads,
-               confirm_workloads=CONFIRM_WORKLOADS) -> list[Cell]:
+               confirm_workloads=CONFIRM_WORKLOADS, grid_pools=GRID_POOLS) -> list[Cell]:
     """Every run, in the order they are made: per (plan, workload, pool), repeats outermost,
     policies alternating direction."""
     groups = []
     if "grid" in plans:
         groups += [("grid", "online_qa", pool, [f"c{c}" for c in (10, 20)], policies)
-                   for pool in (0.025, 0.05, 0.08)]
+                   for pool in grid_pools]
     if "confirm" in plans:
         for workload in confirm_workloads:
             chosen = ["lru", "laru", builtin] + (["lpc"] if workload == "chat" and "lpc" in policies else [])
@@ -318,7 +319,7 @@ def replay_policy(policy: str, tlru: dict, capacity: int):
     if policy == "lru" or policy in SGLANG_BUILTINS:
         return SGLangStrategy(policy, **(tlru if policy == "tlru" else {}))
     options = {"predictor_noise": float(policy[len("laru~"):])} if policy.startswith("laru~") else {}
-    return build_policy(PolicyConfig.parse(policy.split("~")[0].split("-")[0], json.dumps(options)), capacity)
+    return build_policy(PolicyConfig.parse(policy.split("~")[0], json.dumps(options)), capacity)
 
 
 def replay_cells(cells: list[Cell], args) -> dict:
@@ -327,12 +328,9 @@ def replay_cells(cells: list[Cell], args) -> dict:
     request at a time: {"plan|workload|pool": {policy: hit tokens / prompt tokens}}.
     ``laru-service`` is left out: its model fits in the background of another process, so
     its answers depend on timing, and no replay repeats them."""
-    from sglang_server import STUBS
+    from sglang_server import use_stubs_if_needed
 
-    try:
-        import torchvision  # noqa: F401
-    except Exception:  # the CPU stand-ins the live servers run with
-        sys.path.insert(0, str(STUBS))
+    use_stubs_if_needed()  # as the live servers run
     from lcr.integrations.sglang_sim import check_sglang, replay_sglang
     from lcr.kv.policies import RadixLRU
     from lcr.kv.tree import replay_in_flight
@@ -695,6 +693,8 @@ def parse_args(argv=None):
                    help="multiplies every workload's scale (SCALES: token ids per workload token)")
     p.add_argument("--confirm-workloads", default=",".join(CONFIRM_WORKLOADS),
                    help="the confirming plan's workloads (comma-separated)")
+    p.add_argument("--grid-pools", default=",".join(f"{x:g}" for x in GRID_POOLS),
+                   help="the grid's KV pools, as shares of the distinct prompt tokens (comma-separated)")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--open-loads", default="0.8", help="open-loop rates as shares of LRU's c10 rate")
     p.add_argument("--model", default="small", choices=("tiny", "small"))
@@ -729,6 +729,12 @@ def parse_args(argv=None):
         refuse(f"--open-loads must be comma-separated numbers, got {args.open_loads!r}")
     if not all(0 < x < 10 for x in args.open_loads):
         refuse(f"--open-loads must lie in (0, 10), got {args.open_loads}")
+    try:
+        args.grid_pools = [float(x) for x in args.grid_pools.split(",")]
+    except ValueError:
+        refuse(f"--grid-pools must be comma-separated numbers, got {args.grid_pools!r}")
+    if not all(0 < x < 1 for x in args.grid_pools):
+        refuse(f"--grid-pools must lie in (0, 1), got {args.grid_pools}")
     return args
 
 
@@ -743,7 +749,7 @@ def _names(flag: str, text: str, valid) -> list[str]:
 def main(argv=None) -> int:
     args = parse_args(argv)
     cells = plan_cells(args.plans, args.policies, args.builtin, args.repeats, args.open_loads,
-                       args.confirm_workloads)
+                       args.confirm_workloads, args.grid_pools)
     meta = {"model": args.model, "requests": args.requests, "token_scale": args.token_scale}
     if args.dry_run:
         for workload in dict.fromkeys(c.workload for c in cells):

@@ -28,18 +28,23 @@ def pythonpath() -> str:
     return os.pathsep.join(filter(None, [str(STUBS), str(REPO), os.environ.get("PYTHONPATH")]))
 
 
-def import_sglang_or_skip(*extra: str) -> None:
-    """Import SGLang's radix cache (and ``extra`` modules) in this process, or skip the
-    calling test module. CPU-only machines get the stand-ins: the PyPI torchvision wheels
-    link CUDA, and SGLang only imports it."""
-    import importlib
-
-    import pytest
-
+def use_stubs_if_needed() -> None:
+    """Put the stand-ins on this process's path where torchvision does not import: the PyPI
+    wheels link CUDA, and SGLang only imports it (CPU-only machines)."""
     try:
         import torchvision  # noqa: F401
     except Exception:
         sys.path.insert(0, str(STUBS))
+
+
+def import_sglang_or_skip(*extra: str) -> None:
+    """Import SGLang's radix cache (and ``extra`` modules) in this process, or skip the
+    calling test module (``use_stubs_if_needed`` first)."""
+    import importlib
+
+    import pytest
+
+    use_stubs_if_needed()
     try:
         for module in ("sglang.srt.mem_cache.unified_radix_cache", *extra):
             importlib.import_module(module)

@@ -198,11 +198,31 @@ def test_exact_laru_is_leaf_opt_and_inverted_stays_within_2_percent_of_lru_on_a_
 
 
 def policy_at(hits, shadow_hits):
+    """A policy with ``hits`` against the twin's ``shadow_hits``, even when the predictions
+    first decided an eviction, at the start of a phase."""
     policy = filled(6, {2: 9.0})
     policy.on_request([0], [10], 6)  # the engine's first request makes the shadow
+    policy._forgiven = 0
     policy.hit_tokens, policy.shadow.hits = hits, shadow_hits
     policy.begin_eviction(None, 6)
     return policy
+
+
+def test_the_twin_is_compared_with_from_the_first_eviction_a_prediction_decides():
+    """Before it the cache is LRU in effect: what a live tree and the twin differ by then
+    (a prompt one hit and the other missed) must not hold LARU to LRU for good."""
+    policy = filled(6, {2: 9.0})
+    policy.on_request([0], [10], 6)
+    policy.shadow.hits = 400  # the twin ahead, no prediction has decided anything yet
+    policy.begin_eviction(None, 6)
+    assert policy.trusted and policy.pick_victim(set(range(6)), 6) == 2  # counts start here
+    policy.on_evicted(2)
+    policy.hit_tokens, policy.shadow.hits = 9900, 10400  # 9,900 + 400 forgiven against 10,400
+    policy.begin_eviction(None, 7)
+    assert policy.trusted
+    policy.shadow.hits = 10505  # 10,300 against 10,505: more than 1% behind
+    policy.begin_eviction(None, 8)
+    assert not policy.trusted and policy.pick_victim({0, 1, 3, 4, 5}, 8) == 0
 
 
 def test_a_phase_follows_predictions_only_within_slack_of_lru_and_turns_lru_when_behind():

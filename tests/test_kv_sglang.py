@@ -1,28 +1,14 @@
 """SGLang's real radix tree driven by lcr's policies (skipped without SGLang)."""
 from __future__ import annotations
 
-import sys
 from importlib.metadata import entry_points
-from pathlib import Path
 
 import pytest
 
 from conftest import real_trace
+from sglang_server import import_sglang_or_skip
 
-
-def _import_sglang():
-    try:
-        import torchvision  # noqa: F401
-    except Exception:  # CPU-only machines: the PyPI wheels link CUDA; SGLang only imports it
-        sys.path.insert(0, str(Path(__file__).parent / "sglang_stubs"))
-    try:
-        import sglang.srt.mem_cache.unified_radix_cache  # noqa: F401
-    except ImportError as err:
-        pytest.skip(f"sglang is not installed ({err}); pip install --no-deps -r "
-                    "sglang_patch/requirements-cpu.txt", allow_module_level=True)
-
-
-_import_sglang()
+import_sglang_or_skip()
 
 from lcr.cli import main  # noqa: E402
 from lcr.errors import LcrInputError  # noqa: E402

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from test_kv_sglang import _import_sglang
+from sglang_server import import_sglang_or_skip
 
-_import_sglang()
+import_sglang_or_skip()
 
 from sglang.srt.mem_cache.unified_cache.components import ComponentType  # noqa: E402
 from sglang.srt.mem_cache.utils import get_eviction_strategy  # noqa: E402

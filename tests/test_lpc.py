@@ -13,7 +13,7 @@ import pytest
 from lcr.errors import LcrInputError
 from lcr.kv.requests import BlockRequest, BlockWorkload
 from lcr.kv.tree import RadixTree
-from lcr.lpc.chats import load_conversations, split_conversations
+from lcr.lpc.chats import load_conversations
 from lcr.lpc.policy import LPC, ContinuationKeys, ContinuationNextAccess, LiteralLPC, logit
 
 from conftest import data_file
@@ -311,13 +311,9 @@ def test_sglang_launcher_selects_lpc():
 
 
 def test_lpc_makes_the_same_choices_in_sglangs_tree():
-    import sys
-    from pathlib import Path
+    from sglang_server import use_stubs_if_needed
 
-    try:
-        import torchvision  # noqa: F401
-    except Exception:  # CPU-only machines: SGLang only needs it importable
-        sys.path.insert(0, str(Path(__file__).parent / "sglang_stubs"))
+    use_stubs_if_needed()
     pytest.importorskip("sglang.srt.mem_cache.unified_radix_cache")
     from lcr.integrations.sglang import CACHE_CLASSES
     from lcr.kv.cli import parse_policies

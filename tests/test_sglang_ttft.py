@@ -100,6 +100,12 @@ def test_confirming_runs_measure_lru_closed_loop_before_the_open_loop_runs():
         assert {c.policy for c in mine} == {"lru", "laru", "tlru"} | ({"lpc"} if workload == "chat" else set())
 
 
+def test_the_grid_runs_only_the_pools_named():
+    cells = bench.plan_cells(["grid"], ["lru", "laru"], "slru", 1, [0.8], grid_pools=[0.025])
+    assert {c.pool for c in cells} == {0.025} and len(cells) == 4
+    assert {c.pool for c in bench.plan_cells(["grid"], ["lru"], "slru", 1, [0.8])} == set(bench.GRID_POOLS)
+
+
 def test_the_confirming_plan_runs_only_the_workloads_named():
     cells = bench.plan_cells(["confirm"], list(bench.POLICIES), "tlru", 1, [0.8], ["chat"])
     assert {c.workload for c in cells} == {"chat"} and "lpc" in {c.policy for c in cells}
@@ -161,7 +167,8 @@ def test_a_rerun_skips_finished_runs_and_refuses_other_settings(tmp_path, capsys
     (["--builtin", "laru"], "--builtin"), (["--requests", "0"], "--requests"),
     (["--token-scale", "0"], "--token-scale"), (["--open-loads", "0.5,x"], "--open-loads"),
     (["--open-loads", "-1"], "--open-loads"), (["--repeats", "x"], "--repeats"),
-    (["--in-flight", "0"], "--in-flight"),
+    (["--in-flight", "0"], "--in-flight"), (["--grid-pools", "0.05,1"], "--grid-pools"),
+    (["--grid-pools", "a"], "--grid-pools"),
     (["--confirm-workloads", "chat,online_qa"], "--confirm-workloads"),
     (["--out", "x"], "--out")])  # no abbreviations: --out is not --out-dir
 def test_bad_flags_are_one_line_naming_the_flag_exit_2(argv, flag, capsys):

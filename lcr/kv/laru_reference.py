@@ -24,9 +24,11 @@ The rules, as this class applies them:
    previous report, else its depth.
 4. Confidence. An LRU of the same capacity serves the same requests (an LRU twin of the
    engine). A phase starts trusted when this cache's hit tokens are at least
-   (1 - slack) of the twin's; trusted phases start at lambda = 1 and follow rule 2, the
-   others evict the oldest leaf. When room is needed in a trusted phase that has fallen
-   below (1 - slack) of the twin, the rest of the phase evicts the oldest leaf.
+   (1 - slack) of the twin's, the twin's lead at the first eviction a prediction decided
+   added to this cache's hits (before it, every phase is trusted); trusted phases start
+   at lambda = 1 and follow
+   rule 2, the others evict the oldest leaf. When room is needed in a trusted phase that
+   has fallen below (1 - slack) of the twin, the rest of the phase evicts the oldest leaf.
 5. Induced misses. When room is needed for a request whose first missing block heads a
    recorded node, evicted at t, and some cached node has not been requested since t (a
    split's lower part counts as requested by the request that split it), the miss was
@@ -62,6 +64,7 @@ class ReferenceRadixLARU(LeafPolicy):
         self.started = False
         self.twin = None                        # rule 4
         self.hits = self.twin_hits = 0
+        self.forgiven = None                    # rule 4: the twin's lead at the first prediction eviction
         self.reported_at = -1
         self.trusted = False
         self.lru_until_phase_ends = False
@@ -115,7 +118,9 @@ class ReferenceRadixLARU(LeafPolicy):
 
     # Decisions ------------------------------------------------------------------------
     def ahead_of_lru(self) -> bool:
-        return self.hits >= (1.0 - self.slack) * self.twin_hits
+        if self.forgiven is None:
+            return True
+        return self.hits + self.forgiven >= (1.0 - self.slack) * self.twin_hits
 
     def begin_eviction(self, missing, now):
         if not self.started or self.phase_tokens >= self.view.capacity_tokens:  # rule 3
@@ -149,6 +154,8 @@ class ReferenceRadixLARU(LeafPolicy):
         order = [math.inf if p != p else p for p in predicted]
         victim = window[max(range(len(window)), key=order.__getitem__)]
         if victim != window[0]:
+            if self.forgiven is None:
+                self.forgiven = self.twin_hits - self.hits
             self.record[victim] = now
             self.stats.prediction_evictions += 1
         else:
