@@ -15,7 +15,8 @@ Plans (``--plans``):
 
 - ``grid``: Online-QA (``online_qa`` with the paper's parameters; a run serves its first
   ``--requests``, the pool a share of the whole trace's distinct tokens: ``run_prompts``),
-  pools 2.5/5/8%, closed-loop concurrency 10 and 20, every policy of ``--policies``;
+  pools 2.5/5/8% (``--grid-pools``), closed-loop concurrency 10 and 20, every policy of
+  ``--policies``;
 - ``confirm``: Aibrix-like (``aibrix``), the shared Mooncake conversation trace (its own
   order and prefix chains) and ShareGPT multi-turn chats, pool 5%, concurrency 10, then
   open-loop Poisson arrivals at ``--open-loads`` (0.8) x LRU's measured closed-loop rate;
@@ -723,19 +724,20 @@ def parse_args(argv=None):
             refuse(f"{flag} must be at least 1, got {value}")
     if not 0 < args.token_scale <= 32:
         refuse(f"--token-scale must be in (0, 32], got {args.token_scale:g}")
-    try:
-        args.open_loads = [float(x) for x in args.open_loads.split(",")]
-    except ValueError:
-        refuse(f"--open-loads must be comma-separated numbers, got {args.open_loads!r}")
-    if not all(0 < x < 10 for x in args.open_loads):
-        refuse(f"--open-loads must lie in (0, 10), got {args.open_loads}")
-    try:
-        args.grid_pools = [float(x) for x in args.grid_pools.split(",")]
-    except ValueError:
-        refuse(f"--grid-pools must be comma-separated numbers, got {args.grid_pools!r}")
-    if not all(0 < x < 1 for x in args.grid_pools):
-        refuse(f"--grid-pools must lie in (0, 1), got {args.grid_pools}")
+    args.open_loads = _numbers("--open-loads", args.open_loads, 10)
+    args.grid_pools = _numbers("--grid-pools", args.grid_pools, 1)
     return args
+
+
+def _numbers(flag: str, text: str, below: float) -> list[float]:
+    """Comma-separated numbers in (0, ``below``), or a one-line refusal naming ``flag``."""
+    try:
+        values = [float(x) for x in text.split(",")]
+    except ValueError:
+        refuse(f"{flag} must be comma-separated numbers, got {text!r}")
+    if not all(0 < x < below for x in values):
+        refuse(f"{flag} must lie in (0, {below:g}), got {values}")
+    return values
 
 
 def _names(flag: str, text: str, valid) -> list[str]:
