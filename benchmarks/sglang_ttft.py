@@ -133,14 +133,14 @@ def tlru_config(prompts: list[list[int]]) -> dict:
     return {"threshold": 2 * estimate, "next_prompt_estimate": estimate}
 
 
-def run_prompts(name: str, requests: int, scale: float) -> tuple[list[list[int]], list[list[int]]]:
+def run_prompts(name: str, requests: int, scale: float, workload=None) -> tuple[list[list[int]], list[list[int]]]:
     """(the prompts a run serves, the prompts its pool is sized on). Online-QA runs the
     first ``requests`` of the paper's trace (2,000 conversations, 7,186 requests) with the
     pool a share of the whole trace's distinct tokens, as the paper sizes it: a run is a
     window of the deployment's traffic, and the pool keeps the paper's ratio to the
     running requests (c20: ~2,240 of a 7,176-token pool at 2.5%) and to the gap between a
     conversation's turns (~266 requests). The other workloads are sized on what they serve."""
-    prompts = workload_prompts(load_workload(name, requests), scale)
+    prompts = workload_prompts(workload or load_workload(name, requests), scale)
     return (prompts[:requests], prompts) if name == "online_qa" else (prompts, prompts)
 
 
@@ -296,13 +296,13 @@ def server_args(policy: str, predictor_url: str | None, tlru: dict | None = None
 
 
 # -- replay -----------------------------------------------------------------------------------
-def replay_workload(name: str, requests: int, scale: float):
-    """The ``BlockWorkload`` a run serves, as ``lcr sim-kv`` replays it: blocks scaled as
-    ``workload_prompts`` scales them, behind the one token every prompt starts with (path
-    0, shared by all), so each replayed request has its live prompt's tokens and sharing."""
+def replay_workload(workload, requests: int, scale: float):
+    """The first ``requests`` of ``workload`` (``load_workload``'s) as a run serves them and
+    ``lcr sim-kv`` replays them: blocks scaled as ``workload_prompts`` scales them, behind
+    the one token every prompt starts with (path 0, shared by all), so each replayed
+    request has its live prompt's tokens and sharing."""
     from lcr.kv.requests import BlockRequest, BlockWorkload
 
-    workload = load_workload(name, requests)
     sizes = [max(1, math.ceil(tokens * scale)) for tokens in workload.path_tokens]
     replayed = BlockWorkload([BlockRequest((0, *(p + 1 for p in r.paths)), (1, *(sizes[p] for p in r.paths)))
                               for r in workload.requests[:requests]], workload.name)
@@ -346,8 +346,9 @@ def replay_cells(cells: list[Cell], args) -> dict:
     for key, policies in groups.items():
         _, name, pool = key.split("|")
         scale = SCALES[name] * args.token_scale
-        prompts, sizing = run_prompts(name, args.requests, scale)
-        workload, capacity = replay_workload(name, args.requests, scale), pool_size(float(pool), sizing)
+        source = load_workload(name, args.requests)
+        prompts, sizing = run_prompts(name, args.requests, scale, source)
+        workload, capacity = replay_workload(source, args.requests, scale), pool_size(float(pool), sizing)
         out[key] = {}
         for policy in policies:
             if args.in_flight > 1 and policy in SGLANG_BUILTINS:

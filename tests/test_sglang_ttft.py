@@ -204,7 +204,7 @@ def test_the_replay_serves_each_live_prompts_tokens_and_sharing():
     same pool holds the same share of them."""
     for name in ("aibrix", "online_qa"):
         prompts, _ = bench.run_prompts(name, 60, bench.SCALES[name])
-        workload = bench.replay_workload(name, 60, bench.SCALES[name])
+        workload = bench.replay_workload(bench.load_workload(name, 60), 60, bench.SCALES[name])
         assert [r.total_tokens for r in workload.requests] == [len(p) for p in prompts]
         # live prompts may also share a token by chance (sibling blocks drawn with the same first id)
         assert 0 <= workload.distinct_tokens - bench.distinct_tokens(prompts) <= workload.total_tokens // 1000

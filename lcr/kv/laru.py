@@ -238,10 +238,9 @@ class RadixLARU(_Predictive):
         """This cache's hit tokens, with the twin's lead at the first prediction eviction
         forgiven (all of it before one), are at least (1 - slack) of the LRU twin's (an
         engine that sends no requests leaves no twin: LRU's hits count as 0)."""
-        if self.shadow is None:
-            return self.hit_tokens >= 0
-        forgiven = self.shadow.hits - self.hit_tokens if self._forgiven is None else self._forgiven
-        return self.hit_tokens + forgiven >= (1.0 - self.slack) * self.shadow.hits
+        if self.shadow is None or self._forgiven is None:
+            return True
+        return self.hit_tokens + self._forgiven >= (1.0 - self.slack) * self.shadow.hits
 
     def _check_induced(self, key: int) -> None:
         evicted_at = self.evicted_by_prediction.get(key)

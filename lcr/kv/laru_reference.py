@@ -26,9 +26,9 @@ The rules, as this class applies them:
    engine). A phase starts trusted when this cache's hit tokens are at least
    (1 - slack) of the twin's, the twin's lead at the first eviction a prediction decided
    added to this cache's hits (before it, every phase is trusted); trusted phases start
-   at lambda = 1 and follow
-   rule 2, the others evict the oldest leaf. When room is needed in a trusted phase that
-   has fallen below (1 - slack) of the twin, the rest of the phase evicts the oldest leaf.
+   at lambda = 1 and follow rule 2, the others evict the oldest leaf. When room is needed
+   in a trusted phase that has fallen below (1 - slack) of the twin, the rest of the
+   phase evicts the oldest leaf.
 5. Induced misses. When room is needed for a request whose first missing block heads a
    recorded node, evicted at t, and some cached node has not been requested since t (a
    split's lower part counts as requested by the request that split it), the miss was

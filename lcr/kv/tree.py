@@ -84,7 +84,9 @@ class RadixTree(CacheView):
             above = sum(tokens[:matched])
         # The walk may end below the admitted path, on nodes another request inserted since:
         # lock them too, or the eviction below could take the node the insert goes under.
-        self.lock(last)
+        below = last if last is not admitted.last else None
+        if below is not None:
+            self.lock(below)
         try:
             if matched == len(paths):
                 return
@@ -99,7 +101,8 @@ class RadixTree(CacheView):
                 node = self.insert(last, paths[matched:fit], tokens[matched:fit])
                 self.policy.on_access([node.key], now, [above + node.size])
         finally:
-            self.unlock(last)
+            if below is not None:
+                self.unlock(below)
             self.unlock(admitted.last)
 
     @property
