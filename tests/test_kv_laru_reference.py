@@ -42,7 +42,8 @@ def replay(cls, w, capacity, predictor, **options):
     tree = RadixTree(capacity, policy)
     hits = sum(tree.serve(request, now) for now, request in enumerate(w.requests))
     stats = policy.stats
-    return hits, victims, len(splits), {**stats.extra, "prediction_evictions": stats.prediction_evictions,
+    races = {"races_won": policy.won, "races_lost": policy.lost} if cls is ReferenceRadixLARU else {}
+    return hits, victims, len(splits), {**stats.extra, **races, "prediction_evictions": stats.prediction_evictions,
                                         "lru_evictions": stats.lru_evictions}
 
 
@@ -53,7 +54,7 @@ def assert_same_victims(w, capacity, noise, seed=3, **options):
     assert first is None, f"victim {first}: fast {fast[1][first]}, reference {reference[1][first]}"
     assert len(fast[1]) == len(reference[1]) and fast[0] == reference[0]
     for counter in ("phases", "prediction_induced_misses", "credited_requests", "prediction_evictions",
-                    "lru_evictions"):
+                    "lru_evictions", "races_won", "races_lost"):
         assert fast[3][counter] == reference[3][counter], counter
     return fast
 
@@ -75,18 +76,30 @@ def test_fast_laru_evicts_the_references_victims(generator, noise):
     assert (seen["induced"] > 0) == (noise > 0)
 
 
-def test_inverted_predictions_make_untrusted_phases_and_shrink_lambda():
-    # What the comparison above covers beyond Algorithm 1's window: phases judged behind
-    # the LRU twin (LRU phases) and lambda below 1 (a window smaller than the leaves).
-    # (Requests served with each, counted on one of the cells compared above.)
+def test_the_cells_compared_reach_lru_phases_both_ways_races_and_a_shrunk_lambda():
+    # What the comparison above covers beyond Algorithm 1's window, counted on its Aibrix
+    # cells: phases turned LRU by the twin's lead and by lost races, races decided both
+    # ways, and lambda below 1 (a window smaller than the leaves).
     w = workload(GENERATORS[1], 3)
-    policy = RadixLARU(PathOracle(w, 1.0, 3))
-    tree, untrusted, shrunk = RadixTree(int(0.025 * w.distinct_tokens), policy), 0, 0
-    for now, request in enumerate(w.requests):
-        tree.serve(request, now)
-        untrusted += policy._lru_phase
-        shrunk += policy.lam < 1
-    assert untrusted > 100 and shrunk > 20
+    seen = {"behind_twin": 0, "losing_races": 0, "shrunk": 0, "won": 0, "lost": 0}
+    for noise in (0.5, 1.0):
+        for share in (0.025, 0.05):
+            policy = RadixLARU(PathOracle(w, noise, 3))
+            start_phase = policy._start_phase
+
+            def judged(policy=policy, start_phase=start_phase):
+                start_phase()
+                seen["behind_twin"] += not policy._ahead()
+                seen["losing_races"] += policy._losing_races()
+            policy._start_phase = judged
+            tree = RadixTree(int(share * w.distinct_tokens), policy)
+            for now, request in enumerate(w.requests):
+                tree.serve(request, now)
+                seen["shrunk"] += policy.lam < 1
+            seen["won"] += policy.stats.extra["races_won"]
+            seen["lost"] += policy.stats.extra["races_lost"]
+    assert seen["behind_twin"] > 10 and seen["losing_races"] > 100 and seen["shrunk"] > 20, seen
+    assert seen["won"] > 100 and seen["lost"] > 100, seen
 
 
 @settings(max_examples=30, deadline=None)

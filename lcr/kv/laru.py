@@ -39,6 +39,16 @@ CI compares the two victim by victim):
   run at 4x the grid's token scale).
   Under a live server the twin caches a request's blocks when the server does
   (``on_request_cached``), not at its arrival, so it hits nothing still in flight.
+* Races (lcr's extension): the twin judges nothing before LRU's first hits, and on
+  Online-QA at 2% those come among the last 1% of the requests, when inverted
+  predictions have emptied the cache of everything LRU would hit (0.64 of LRU's hit
+  tokens). So every eviction where the predictions' choice in the window differs from
+  its oldest leaf (made in a trusted phase, only computed in an LRU one) opens a race
+  between the two leaves, decided by whichever is requested first: the predictions'
+  victim first, a loss; the oldest leaf first, a win. A phase starts trusted only while
+  the losses are at most ``RACE_ODDS`` (8) times (wins + 1): inverted predictions win
+  at most 1% of the decided races in the 12 cells of docs/kv.md, learned and noisy ones
+  33% or more, so one win in nine separates them with room on both sides.
 * ``confidence=balance`` (``laru-lpc``: LPC's predictions are right on average but wrong
   on many single conversations): no induced misses; ``lcr.kv.reuse.LRUBalance``
   estimates from reuse distances the hit tokens LRU would have had, and the window is
@@ -63,6 +73,7 @@ from lcr.kv.shadow import ShadowLRU
 from lcr.policies.predictions import NextAccessPredictor
 
 CONFIDENCES = ("shadow", "balance")
+RACE_ODDS = 8  # a phase is trusted only while races lost <= RACE_ODDS * (races won + 1)
 
 
 class RadixLARU(_Predictive):
@@ -110,13 +121,17 @@ class RadixLARU(_Predictive):
         self._hit_now = -1
         self._forgiven: int | None = None  # the twin's lead at the first prediction eviction
         self.trusted = False
+        self._races: dict[int, tuple[int, int]] = {}  # open races: id -> (predicted victim, oldest leaf)
+        self._racing: dict[int, list[int]] = {}       # key -> ids of its open races
+        self._race_id = 0
         self.balance = LRUBalance() if confidence == "balance" else None
         # the window search, per round
         self._l = 1
         self._now = 0
         self._failed = False                # the predictor failed this round: LRU for its rest
         self._predicted: set[int] = set()   # keys predicted in this round
-        self.stats.extra.update(phases=0, prediction_induced_misses=0, credited_requests=0)
+        self.stats.extra.update(phases=0, prediction_induced_misses=0, credited_requests=0,
+                                races_won=0, races_lost=0)
 
     @property
     def window(self) -> int:
@@ -148,6 +163,8 @@ class RadixLARU(_Predictive):
         super().on_access(keys, now, depths)
         for key in keys:
             self.evicted_by_prediction.pop(key, None)  # cached again: the record ends
+            if key in self._racing:
+                self._decide_races(key)
             self._stamp(key, now)
         for key in self._split_off:
             if key in self._requested_at:
@@ -201,10 +218,12 @@ class RadixLARU(_Predictive):
     # Decisions ------------------------------------------------------------------------
     def pick_victim(self, leaves, now):
         leaves = as_container(leaves)
+        victim, oldest = self._window_choice(leaves)
+        if victim is not None and victim != oldest:
+            self._open_race(victim, oldest)
         if self._lru_round or self._lru_phase:
             self.stats.lru_evictions += 1
-            return self.oldest(leaves)
-        victim, oldest = self._window_choice(leaves)
+            return oldest
         victim = self.count(victim, oldest)
         if victim != oldest:
             if self._forgiven is None and self.shadow is not None:
@@ -234,6 +253,33 @@ class RadixLARU(_Predictive):
     def _stamp(self, key: int, t: int) -> None:
         restamp(self._requested_at, self.requested, key, t)
 
+    def _open_race(self, victim: int, oldest: int) -> None:
+        rid, self._race_id = self._race_id, self._race_id + 1
+        self._races[rid] = (victim, oldest)
+        self._racing.setdefault(victim, []).append(rid)
+        self._racing.setdefault(oldest, []).append(rid)
+        if len(self._races) > 4 * len(self.last_access) + 1024:  # keys that never return
+            self._close_race(next(iter(self._races)))
+
+    def _close_race(self, rid: int) -> tuple[int, int]:
+        pair = self._races.pop(rid)
+        for key in pair:
+            ids = self._racing[key]
+            ids.remove(rid)
+            if not ids:
+                del self._racing[key]
+        return pair
+
+    def _decide_races(self, key: int) -> None:
+        extra = self.stats.extra
+        for rid in list(self._racing[key]):
+            victim, _ = self._close_race(rid)
+            extra["races_lost" if key == victim else "races_won"] += 1
+
+    def _losing_races(self) -> bool:
+        extra = self.stats.extra
+        return extra["races_lost"] > RACE_ODDS * (extra["races_won"] + 1)
+
     def _ahead(self) -> bool:
         """This cache's hit tokens, with the twin's lead at the first prediction eviction
         forgiven (all of it before one), are at least (1 - slack) of the LRU twin's (an
@@ -258,7 +304,7 @@ class RadixLARU(_Predictive):
         self._started = True
         self.phase_tokens, self._phase_seen = 0, set()
         if self.balance is None:
-            self.trusted = self._ahead()
+            self.trusted = self._ahead() and not self._losing_races()
             self.lam = 1.0
             self._lru_phase = not self.trusted
         self.stats.extra["phases"] += 1

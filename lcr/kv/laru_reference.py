@@ -25,7 +25,8 @@ The rules, as this class applies them:
 4. Confidence. An LRU of the same capacity serves the same requests (an LRU twin of the
    engine). A phase starts trusted when this cache's hit tokens are at least
    (1 - slack) of the twin's, the twin's lead at the first eviction a prediction decided
-   added to this cache's hits (before it, every phase is trusted); trusted phases start
+   added to this cache's hits (before it, every phase is trusted), and the predictions
+   are not losing their races (rule 7); trusted phases start
    at lambda = 1 and follow rule 2, the others evict the oldest leaf. When room is needed
    in a trusted phase that has fallen below (1 - slack) of the twin, the rest of the
    phase evicts the oldest leaf.
@@ -36,6 +37,13 @@ The rules, as this class applies them:
    eviction round evicts the oldest leaf.
 6. Credit (``credit=1``). A request with more hit tokens here than in the LRU twin
    multiplies lambda by b, up to 1.
+7. Races. At every pick, in trusted and LRU phases alike, the leaf the predictions
+   would evict from the current window is compared with the window's oldest leaf; when
+   they differ, a race between them opens. A race is decided at the first access of
+   either key (a request's keys in root-first order): the predictions' leaf first is a
+   loss, the oldest leaf first a win. The predictions are losing while losses exceed
+   8 times (wins + 1). At most 4 * (cached nodes) + 1024 races stay open; beyond that the
+   oldest open race is dropped undecided.
 """
 from __future__ import annotations
 
@@ -70,6 +78,9 @@ class ReferenceRadixLARU(LeafPolicy):
         self.lru_until_phase_ends = False
         self.lru_until_round_ends = False
         self.lam, self.l = 1.0, 1
+        self.races: dict[int, tuple[int, int]] = {}  # rule 7: open races, oldest first
+        self.next_race = 0
+        self.won = self.lost = 0
         self.stats.extra.update(phases=0, prediction_induced_misses=0, credited_requests=0)
 
     # What the engine reports ----------------------------------------------------------
@@ -91,6 +102,13 @@ class ReferenceRadixLARU(LeafPolicy):
             self.last[key] = now
             self.requested[key] = now
             self.record.pop(key, None)
+            for race, (victim, oldest) in list(self.races.items()):                 # rule 7
+                if key in (victim, oldest):
+                    del self.races[race]
+                    if key == victim:
+                        self.lost += 1
+                    else:
+                        self.won += 1
         for key in self.split_by_this_request:
             if key in self.last:
                 self.requested[key] = now
@@ -126,7 +144,7 @@ class ReferenceRadixLARU(LeafPolicy):
         if not self.started or self.phase_tokens >= self.view.capacity_tokens:  # rule 3
             self.started = True
             self.phase_nodes, self.phase_tokens = set(), 0
-            self.trusted = self.ahead_of_lru()                                  # rule 4
+            self.trusted = self.ahead_of_lru() and self.lost <= 8 * (self.won + 1)  # rules 4, 7
             self.lru_until_phase_ends = not self.trusted
             self.lam = 1.0
             self.stats.extra["phases"] += 1
@@ -144,20 +162,24 @@ class ReferenceRadixLARU(LeafPolicy):
 
     def pick_victim(self, leaves, now):
         by_age = sorted(leaves, key=lambda key: (self.last.get(key, -1), key))
-        window = by_age[:1] if self.lru_until_round_ends or self.lru_until_phase_ends else by_age[:self.l]
-        if len(window) == 1:
+        window = by_age[:self.l]
+        victim = window[0]
+        if len(window) > 1:
+            predicted = self.predictor.predict(window, now)
+            self.stats.predictor_calls += 1
+            # the largest prediction, NaN as never; max keeps the first (older) leaf on ties
+            order = [math.inf if p != p else p for p in predicted]
+            victim = window[max(range(len(window)), key=order.__getitem__)]
+        if victim != window[0]:                                                 # rule 7
+            self.races[self.next_race] = (victim, window[0])
+            self.next_race += 1
+            if len(self.races) > 4 * len(self.last) + 1024:
+                del self.races[next(iter(self.races))]
+        if victim == window[0] or self.lru_until_round_ends or self.lru_until_phase_ends:
             self.stats.lru_evictions += 1
             return window[0]
-        predicted = self.predictor.predict(window, now)
-        self.stats.predictor_calls += 1
-        # the largest prediction, NaN as never; max keeps the first (older) leaf on ties
-        order = [math.inf if p != p else p for p in predicted]
-        victim = window[max(range(len(window)), key=order.__getitem__)]
-        if victim != window[0]:
-            if self.forgiven is None:
-                self.forgiven = self.twin_hits - self.hits
-            self.record[victim] = now
-            self.stats.prediction_evictions += 1
-        else:
-            self.stats.lru_evictions += 1
+        if self.forgiven is None:
+            self.forgiven = self.twin_hits - self.hits
+        self.record[victim] = now
+        self.stats.prediction_evictions += 1
         return victim
