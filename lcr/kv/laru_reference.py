@@ -25,8 +25,9 @@ The rules, as this class applies them:
 4. Confidence. An LRU of the same capacity serves the same requests (an LRU twin of the
    engine). A phase starts trusted when this cache's hit tokens are at least
    (1 - slack) of the twin's, the twin's lead at the first eviction a prediction decided
-   added to this cache's hits (before it, every phase is trusted), and the predictions
-   are not losing their races (rule 7); trusted phases start
+   added to this cache's hits (before it, every phase is trusted), and either this
+   cache's hits so counted exceed (1 + slack) of the twin's or the predictions are not
+   losing their races (rule 7); trusted phases start
    at lambda = 1 and follow rule 2, the others evict the oldest leaf. When room is needed
    in a trusted phase that has fallen below (1 - slack) of the twin, the rest of the
    phase evicts the oldest leaf.
@@ -144,7 +145,8 @@ class ReferenceRadixLARU(LeafPolicy):
         if not self.started or self.phase_tokens >= self.view.capacity_tokens:  # rule 3
             self.started = True
             self.phase_nodes, self.phase_tokens = set(), 0
-            self.trusted = self.ahead_of_lru() and self.lost <= 8 * (self.won + 1)  # rules 4, 7
+            gaining = self.forgiven is not None and self.hits + self.forgiven > (1.0 + self.slack) * self.twin_hits
+            self.trusted = self.ahead_of_lru() and (gaining or self.lost <= 8 * (self.won + 1))  # rules 4, 7
             self.lru_until_phase_ends = not self.trusted
             self.lam = 1.0
             self.stats.extra["phases"] += 1
