@@ -42,8 +42,7 @@ def replay(cls, w, capacity, predictor, **options):
     tree = RadixTree(capacity, policy)
     hits = sum(tree.serve(request, now) for now, request in enumerate(w.requests))
     stats = policy.stats
-    races = {"races_won": policy.won, "races_lost": policy.lost} if cls is ReferenceRadixLARU else {}
-    return hits, victims, len(splits), {**stats.extra, **races, "prediction_evictions": stats.prediction_evictions,
+    return hits, victims, len(splits), {**stats.extra, "prediction_evictions": stats.prediction_evictions,
                                         "lru_evictions": stats.lru_evictions}
 
 

@@ -222,7 +222,7 @@ class RadixLARU(_Predictive):
     def pick_victim(self, leaves, now):
         leaves = as_container(leaves)
         victim, oldest = self._window_choice(leaves)
-        if victim is not None and victim != oldest:
+        if victim is not None and victim != oldest and self.balance is None:  # balance never reads races
             self._open_race(victim, oldest)
         if self._lru_round or self._lru_phase:
             self.stats.lru_evictions += 1

@@ -81,8 +81,8 @@ class ReferenceRadixLARU(LeafPolicy):
         self.lam, self.l = 1.0, 1
         self.races: dict[int, tuple[int, int]] = {}  # rule 7: open races, oldest first
         self.next_race = 0
-        self.won = self.lost = 0
-        self.stats.extra.update(phases=0, prediction_induced_misses=0, credited_requests=0)
+        self.stats.extra.update(phases=0, prediction_induced_misses=0, credited_requests=0,
+                                races_won=0, races_lost=0)
 
     # What the engine reports ----------------------------------------------------------
     def on_request(self, paths, tokens, now):
@@ -106,10 +106,7 @@ class ReferenceRadixLARU(LeafPolicy):
             for race, (victim, oldest) in list(self.races.items()):                 # rule 7
                 if key in (victim, oldest):
                     del self.races[race]
-                    if key == victim:
-                        self.lost += 1
-                    else:
-                        self.won += 1
+                    self.stats.extra["races_lost" if key == victim else "races_won"] += 1
         for key in self.split_by_this_request:
             if key in self.last:
                 self.requested[key] = now
@@ -146,7 +143,8 @@ class ReferenceRadixLARU(LeafPolicy):
             self.started = True
             self.phase_nodes, self.phase_tokens = set(), 0
             gaining = self.forgiven is not None and self.hits + self.forgiven > (1.0 + self.slack) * self.twin_hits
-            self.trusted = self.ahead_of_lru() and (gaining or self.lost <= 8 * (self.won + 1))  # rules 4, 7
+            won, lost = self.stats.extra["races_won"], self.stats.extra["races_lost"]
+            self.trusted = self.ahead_of_lru() and (gaining or lost <= 8 * (won + 1))  # rules 4, 7
             self.lru_until_phase_ends = not self.trusted
             self.lam = 1.0
             self.stats.extra["phases"] += 1
