@@ -147,6 +147,8 @@ def test_observations_over_a_smaller_body_limit_are_sent_in_smaller_bodies():
 @pytest.mark.parametrize("flags, message", [
     (["--objective", "belady", "--weak"], "--weak is the regression"),
     (["--capacity", "0"], "--capacity must be at least 1"),
+    (["--model", "residual", "--weak"], "--weak is a LightGBM option; --model residual takes none"),
+    (["--model", "residual", "--objective", "belady"], "--objective is a LightGBM option"),
 ])
 def test_served_model_flags_are_checked(flags, message, capsys):
     from lcr.cli import main

@@ -15,7 +15,7 @@ from lcr.integrations.serving_predictor import (GuardedPredictor, NoisyPredictor
 from lcr.kv import registry
 from lcr.kv.policies import LeafPolicy
 from lcr.kv.predictors import LearnedNodePredictor, RecentIntervalsPredictor, check_probability
-from lcr.kv.residual import ResidualLifePredictor
+from lcr.predict.residual import ResidualLifePredictor
 
 log = logging.getLogger(__name__)
 

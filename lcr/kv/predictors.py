@@ -84,7 +84,7 @@ def make_path_predictor(kind: str, workload: BlockWorkload, noise: float, seed: 
         return PathOracle(workload, noise, seed)
     # Fits run inline in the simulator so that a replay is reproducible.
     if kind == "residual":
-        from lcr.kv.residual import ResidualLifePredictor
+        from lcr.predict.residual import ResidualLifePredictor
         return ResidualLifePredictor()
     if kind == "intervals":
         return RecentIntervalsPredictor()

@@ -21,7 +21,7 @@ from lcr.predict.token import TOKEN_ENV, check_token, read_token_file
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "serve-predictor", help="serve a shared online LightGBM predictor over HTTP",
+        "serve-predictor", help="serve a shared online predictor (LightGBM, or residual-life) over HTTP",
         description="Serve observe/predict/train/health/metrics for caches in other processes. "
                     "Binds loopback unless told otherwise; set a token and TLS before binding elsewhere. "
                     f"The token comes from --token-file PATH or ${TOKEN_ENV} (or --token, which every "
@@ -36,6 +36,10 @@ def register(subparsers) -> None:
     p.add_argument("--max-time-jump", type=int, default=None, metavar="N",
                    help="refuse times more than N past the service's clock, so one client cannot drag it "
                         "(default 65536: access counters; raise it for timestamps with longer gaps)")
+    p.add_argument("--model", choices=("lightgbm", "residual"), default="lightgbm",
+                   help="lightgbm: the online LightGBM model (item caches); residual: the residual-life "
+                        "predictor the radix (KV) caches serve with in process, shared (SGLang --predictor-url); "
+                        "the LightGBM flags below do not apply to it")
     p.add_argument("--features", choices=("full", "compact"), default="full")
     p.add_argument("--weak", action="store_true", help="the one-tree, one-feature robustness model")
     p.add_argument("--objective", choices=("regression", "belady"), default="regression",
@@ -87,7 +91,17 @@ def limits_from_args(args):
 
 
 def service_model_config(args):
-    """The served model's ``LightGBMConfig`` from the command line."""
+    """The served model from the command line: a ``LightGBMConfig``, or the
+    ``ServedResidual`` class (built in the model process)."""
+    if args.model == "residual":
+        from lcr.predict.served_residual import ServedResidual
+
+        lightgbm_only = {"--weak": args.weak, "--objective": args.objective != "regression",
+                         "--capacity": args.capacity is not None, "--features": args.features != "full"}
+        for flag, given in lightgbm_only.items():
+            if given:
+                raise LcrInputError(f"{flag} is a LightGBM option; --model residual takes none")
+        return ServedResidual
     from lcr.predict.features import FeatureConfig
     from lcr.predict.lightgbm_model import BELADY_CLASSIFIER, LightGBMConfig
 

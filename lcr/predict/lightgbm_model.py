@@ -393,6 +393,11 @@ class LightGBMPredictor(Predictor):
                     "client's clock restarted?); forgot the per-key state of %d keys", self.clock.restart_after_s,
                     forgotten)
 
+    @property
+    def keys_held(self) -> int:
+        """Keys with per-key state (the service's ``keys`` metric)."""
+        return len(self.features)
+
     # -- training ------------------------------------------------------------------------
     @property
     def model_version(self) -> int:

@@ -52,7 +52,8 @@ STATUS_EVERY_S = 0.1
 # The model process's predict thread must get the GIL soon while the observe thread loops.
 SWITCH_INTERVAL_S = 0.0005
 
-ModelFactory = Callable[[], "LightGBMPredictor"]  # noqa: F821 - picklable, called in the model process
+# Picklable, called in the model process: a LightGBMPredictor or a ServedResidual.
+ModelFactory = Callable[[], "LightGBMPredictor | ServedResidual"]  # noqa: F821
 
 
 class ModelHost:
@@ -62,7 +63,8 @@ class ModelHost:
     behind the service.
 
     ``observe``/``train`` must run on one thread (the observe lane); ``predict`` may run
-    concurrently with them: ``LightGBMPredictor`` guards its state with a lock.
+    concurrently with them: both models (``LightGBMPredictor``, ``ServedResidual``) guard
+    their state with a lock.
     """
 
     def __init__(self, model, limits):
@@ -95,7 +97,7 @@ class ModelHost:
         model, clock = self.model, self.model.clock
         return {**dict(model.metrics), **clock.counters, **self.counters, "times_rejected": clock.refused,
                 "clock": clock.now, "max_time_jump": clock.max_jump, "model_version": model.model_version,
-                "keys": len(model.features), "model_pid": os.getpid()}
+                "keys": model.keys_held, "model_pid": os.getpid()}
 
 
 # -- the model process ---------------------------------------------------------------------

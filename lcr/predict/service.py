@@ -1,4 +1,6 @@
-"""The shared predictor service: one CPU LightGBM model behind HTTP for many processes.
+"""The shared predictor service: one CPU model behind HTTP for many processes (the
+online LightGBM model, or with ``lcr serve-predictor --model residual`` the radix caches'
+residual-life predictor, ``lcr.predict.served_residual``).
 
 A FastAPI app: ``/docs`` shows the routes, ``/openapi.json`` is their schema. Endpoints
 (binary bodies: see ``lcr.predict.wire``):
@@ -204,7 +206,8 @@ class _Backlog:
 
 def model_factory(model) -> "functools.partial":
     """What to build in the model process: a ``LightGBMConfig``, a picklable zero-argument
-    callable returning a ``LightGBMPredictor``, or None for the default background model."""
+    callable returning the model (a ``LightGBMPredictor``, or ``ServedResidual``: the class
+    itself will do), or None for the default background model."""
     if model is None:
         model = LightGBMConfig(background=True)
     if isinstance(model, LightGBMConfig):

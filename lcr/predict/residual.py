@@ -22,7 +22,12 @@ Intervals are counted in log-spaced bins (4 per octave); the bins halve every
 ``halve_every`` intervals so the model follows a changing workload. The tables behind
 r and p are rebuilt every ``refresh`` observations and whenever the intervals seen have
 doubled (numpy, O(bins + time buckets)); a prediction is then O(1) per key. A split's lower part keeps the node's history.
-Not thread-safe: one engine thread drives it (as every radix predictor).
+Open nodes are counted by the 16-unit bucket of their last request, over the last
+``HORIZON_BUCKETS`` buckets (2^22 time units); older ones share one count, so a node
+older than that sees every such node as at least as old as itself. Memory stays bounded
+however long the clock runs (a service's clock can run for months).
+Not thread-safe: one engine thread drives it (as every radix predictor);
+``ServedResidual`` is the locked form that ``lcr serve-predictor --model residual`` hosts.
 """
 from __future__ import annotations
 
@@ -37,6 +42,7 @@ CLASSES = 4             # earlier intervals of a node: 0, 1, 2, 3 or more
 BINS_PER_OCTAVE = 4
 BINS = 64 * BINS_PER_OCTAVE
 STAMP_SHIFT = 4         # open nodes are counted by last request in buckets of 16 time units
+HORIZON_BUCKETS = 1 << 18  # buckets kept apart (8 MiB of counts); older ones share column 0
 
 
 def _bin(x: float) -> int:
@@ -55,7 +61,10 @@ class ResidualLifePredictor(Predictor):
         self.event_sums = np.zeros((CLASSES, BINS))
         self._recorded = 0
         self.nodes: dict[int, tuple[int, int]] = {}  # key -> (last request, class); oldest first
-        self._open = np.zeros((CLASSES, 64))         # open nodes per class and stamp bucket
+        # Open nodes per class: column 0 those stamped before bucket _base, column j > 0
+        # those stamped in bucket _base + j - 1.
+        self._open = np.zeros((CLASSES, 64))
+        self._base = 0
         self._since = refresh
         self._built_with = 0                         # intervals recorded at the last rebuild
         self._tables = None
@@ -97,15 +106,33 @@ class ResidualLifePredictor(Predictor):
 
     def _add(self, key: int, t: int, cls: int) -> None:
         self.nodes[key] = (t, cls)
-        bucket = t >> STAMP_SHIFT
-        if bucket >= self._open.shape[1]:
-            grown = np.zeros((CLASSES, max(2 * self._open.shape[1], bucket + 1)))
-            grown[:, :self._open.shape[1]] = self._open
-            self._open = grown
-        self._open[cls, bucket] += 1
+        column = self._column(t)
+        while column >= self._open.shape[1]:  # at most twice: fold, then grow
+            self._make_room(column)
+            column = self._column(t)
+        self._open[cls, column] += 1
 
     def _close(self, last: int, cls: int) -> None:
-        self._open[cls, last >> STAMP_SHIFT] -= 1
+        self._open[cls, min(self._column(last), self._open.shape[1] - 1)] -= 1
+
+    def _column(self, t: int) -> int:
+        """The column of ``_open`` that counts a node last requested at ``t``."""
+        return max((t >> STAMP_SHIFT) - self._base + 1, 0)
+
+    def _make_room(self, column: int) -> None:
+        """Grow ``_open`` to hold ``column``, up to the horizon; past it, fold the oldest
+        buckets into column 0 so that ``column`` lands half way through the horizon."""
+        width = self._open.shape[1]
+        if column < HORIZON_BUCKETS + 1:
+            grown = np.zeros((CLASSES, min(max(2 * width, column + 1), HORIZON_BUCKETS + 1)))
+            grown[:, :width] = self._open
+            self._open = grown
+            return
+        shift = min(column - HORIZON_BUCKETS // 2, width - 1)  # the buckets folded
+        self._open[:, 0] += self._open[:, 1:1 + shift].sum(axis=1)
+        self._open[:, 1:width - shift] = self._open[:, 1 + shift:]
+        self._open[:, width - shift:] = 0
+        self._base += column - HORIZON_BUCKETS // 2
 
     # Predictions ------------------------------------------------------------------------
     def _rebuild(self) -> None:
@@ -134,8 +161,10 @@ class ResidualLifePredictor(Predictor):
                 out.append(math.nan)  # older than every interval seen: never
                 continue
             remaining = max(sum_above[cls, b] / returned - age, 1.0)
-            # open nodes at least as old: stamped before now - age, to the bucket
-            still_open = opened[cls, min(max(now - age, 0) >> STAMP_SHIFT, opened.shape[1] - 1)]
+            # open nodes at least as old: stamped before its bucket (past the horizon: every
+            # node there)
+            column = self._column(last)
+            still_open = opened[cls, min(max(column, 1), opened.shape[1] - 1)]
             p = returned / (returned + max(still_open, 0.0))
             out.append(now + remaining / p)
         return out

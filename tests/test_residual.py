@@ -1,4 +1,4 @@
-"""The residual-life predictor (``lcr.kv.residual``): its estimate on histories small
+"""The residual-life predictor (``lcr.predict.residual``): its estimate on histories small
 enough to work out by hand, its bookkeeping (classes, open nodes, splits, halving), and
 what it is for: on Online-QA, where turns come back after a lognormal gap, LARU with it
 keeps several times LRU's hit tokens."""
@@ -10,7 +10,7 @@ import pytest
 
 from lcr.kv import build_workload, make_radix_policy, replay_lcr
 from lcr.kv.predictors import make_path_predictor
-from lcr.kv.residual import STAMP_SHIFT, ResidualLifePredictor
+from lcr.predict.residual import HORIZON_BUCKETS, STAMP_SHIFT, ResidualLifePredictor
 from lcr.traces import generate
 
 
@@ -84,9 +84,9 @@ def test_a_report_repeated_in_one_request_counts_once_and_splits_keep_the_histor
     assert pred.events.sum() == 1 and pred.nodes[1] == (20, 1)
     pred.on_split(1, 7)
     assert pred.nodes[7] == (20, 1)
-    assert pred._open[1, 20 >> STAMP_SHIFT] == 2
+    assert pred._open[1, pred._column(20)] == 2
     pred.on_split(1, 7)  # a known lower key keeps its own history
-    assert pred._open[1, 20 >> STAMP_SHIFT] == 2
+    assert pred._open[1, pred._column(20)] == 2
 
 
 def test_a_young_model_is_rebuilt_as_its_first_intervals_arrive():
@@ -128,3 +128,33 @@ def test_laru_with_it_keeps_several_times_lrus_hit_tokens_on_online_qa():
     lru = replay_lcr(w, capacity, make_radix_policy("lru", w))
     laru = replay_lcr(w, capacity, make_radix_policy("laru", w, predictor=make_path_predictor("residual", w, 0, 0)))
     assert laru > 2 * lru > 0, (laru, lru)
+
+
+def test_a_clock_far_from_zero_gives_the_same_answers_as_one_from_zero():
+    """Times are a cache's own (a service's clock may start anywhere): shifting every
+    time by 10^12 shifts every answer by 10^12 and nothing else."""
+    near, far = ResidualLifePredictor(refresh=1), ResidualLifePredictor(refresh=1)
+    offset = 10 ** 12
+    for key in range(40):
+        times = [key * 7, key * 7 + 50 + 3 * key, key * 7 + 400]
+        returns(near, key, times)
+        returns(far, key, [t + offset for t in times])
+    keys = list(range(45))
+    assert [a - 1000 for a in near.predict(keys, 1000)] == pytest.approx(
+        [b - 1000 - offset for b in far.predict(keys, 1000 + offset)], nan_ok=True)
+    assert far._open.shape[1] <= HORIZON_BUCKETS + 1
+
+
+def test_open_counts_stay_bounded_and_exact_past_the_horizon():
+    pred = ResidualLifePredictor(refresh=1)
+    span = HORIZON_BUCKETS << STAMP_SHIFT  # the horizon, in time units
+    for key, t in enumerate(range(0, 3 * span, span // 8)):
+        returns(pred, key, [t])
+    assert pred._open.shape[1] <= HORIZON_BUCKETS + 1
+    assert pred._open.sum() == len(pred.nodes)
+    ancient = pred._open[:, 0].sum()
+    assert ancient > 0
+    returns(pred, 0, [3 * span])  # the oldest node comes back: its count leaves column 0
+    assert pred._open[:, 0].sum() == ancient - 1 and pred._open.sum() == len(pred.nodes)
+    for last, cls in pred.nodes.values():  # each count sits in its node's bucket
+        assert pred._open[cls, pred._column(last)] >= 1
