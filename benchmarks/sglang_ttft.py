@@ -28,8 +28,8 @@ Plans (``--plans``):
 
 Policies: ``lru`` (stock SGLang, its Rust tree core), SGLang's own ``lfu``, ``slru``,
 ``tlru`` and ``priority`` (``--radix-eviction-policy``), ``laru`` (lcr's radix LARU with
-its serving default, the residual-life predictor learned in process), ``laru-service`` (the same through a running ``lcr
-serve-predictor``) and ``lpc`` (chat only).
+its serving default, the residual-life predictor learned in process), ``laru-service`` (the same predictor shared through a
+running ``lcr serve-predictor --model residual``) and ``lpc`` (chat only).
 
 Sizes: 1,000 requests a run (Online-QA: ~97 token ids a prompt at its scale). On this
 2-core machine every policy serves that at 31-51 req/s (the grid, 2026-11-28), so a run
@@ -475,7 +475,9 @@ class PredictorService:
         if self.proc is not None and self.proc.poll() is None:
             return
         log = (self.logdir / "predictor.log").open("a")
-        self.proc = subprocess.Popen([sys.executable, "-m", "lcr", "serve-predictor", "--port", str(self.port)],
+        # --model residual: the predictor the radix LARU serves with in process, shared
+        self.proc = subprocess.Popen([sys.executable, "-m", "lcr", "serve-predictor", "--port", str(self.port),
+                                      "--model", "residual"],
                                      stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         _wait_http(self.url + "/health", self.proc)
 
