@@ -76,4 +76,5 @@ def test_a_restarted_clock_forgets_the_per_key_state():
     for _ in range(3):  # a client restarted from 0: nothing moves the clock any more
         model.observe_many(np.array([5, 6]), np.array([1, 2]))
     assert model.metrics["clock_state_forgotten"] == 10 and model.clock.counters["clock_restarts"] == 1
+    assert set(model.model.nodes) <= {5, 6}  # the old clock's keys are gone
     assert model.model._open.sum() == len(model.model.nodes)
