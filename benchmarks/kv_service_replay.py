@@ -14,47 +14,31 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
-import sys
-import time
-import urllib.request
+import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from sglang_ttft import PredictorService
 
-from sglang_server import free_port  # noqa: E402
-
-from lcr.integrations.serving_predictor import GuardedPredictor, ServiceNodePredictor  # noqa: E402
-from lcr.kv.cli import parse_cache_tokens  # noqa: E402
-from lcr.kv.predictors import make_path_predictor  # noqa: E402
-from lcr.kv.requests import build_workload  # noqa: E402
-from lcr.kv.sim import make_radix_policy, replay_lcr  # noqa: E402
-from lcr.traces import load_trace  # noqa: E402
+from lcr.integrations.serving_predictor import GuardedPredictor, ServiceNodePredictor
+from lcr.kv.cli import parse_cache_tokens
+from lcr.kv.predictors import make_path_predictor
+from lcr.kv.requests import build_workload
+from lcr.kv.sim import make_radix_policy, replay_lcr
+from lcr.traces import load_trace
 
 
 def served_replay(workload, capacity: int, model: str) -> tuple[int, int]:
     """(hit tokens, predictor fallbacks) of LARU over a fresh ``lcr serve-predictor --model``."""
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen([sys.executable, "-m", "lcr", "serve-predictor", "--port", str(port), "--model", model],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                urllib.request.urlopen(url + "/health", timeout=1).read()
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise SystemExit(f"kv_service_replay: lcr serve-predictor --model {model} did not start")
-                time.sleep(0.1)
-        predictor = GuardedPredictor(ServiceNodePredictor(url, timeout_s=0.5), timeout_s=0.5, backoff_s=5.0,
-                                     pass_budget_s=2.0)
-        policy = make_radix_policy("laru", workload, predictor=predictor)
-        return replay_lcr(workload, capacity, policy), policy.stats.extra.get("predictor_fallbacks", 0)
-    finally:
-        proc.terminate()
-        proc.wait(30)
+    with tempfile.TemporaryDirectory() as logdir:
+        service = PredictorService(Path(logdir), model)
+        service.ensure_up()
+        try:
+            predictor = GuardedPredictor(ServiceNodePredictor(service.url, timeout_s=0.5), timeout_s=0.5,
+                                         backoff_s=5.0, pass_budget_s=2.0)
+            policy = make_radix_policy("laru", workload, predictor=predictor)
+            return replay_lcr(workload, capacity, policy), policy.stats.extra.get("predictor_fallbacks", 0)
+        finally:
+            service.close()
 
 
 def main() -> None:

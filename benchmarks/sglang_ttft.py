@@ -462,22 +462,23 @@ def measure(server, prompts, cell: Cell, lru_rate: float | None, seed: int, faul
 
 
 class PredictorService:
-    """A real ``lcr serve-predictor`` on a fixed port: started, killed mid-run by the
-    ``laru-service!kill`` cells (the fault a server must ride out with LRU), restarted."""
+    """A real ``lcr serve-predictor --model MODEL`` on a fixed port: started, killed mid-run
+    by the ``laru-service!kill`` cells (the fault a server must ride out with LRU),
+    restarted. ``residual`` (the default): the predictor the radix LARU serves with in
+    process, shared."""
 
-    def __init__(self, logdir: Path):
+    def __init__(self, logdir: Path, model: str = "residual"):
         from sglang_server import free_port
 
-        self.port, self.logdir, self.proc = free_port(), logdir, None
+        self.port, self.logdir, self.model, self.proc = free_port(), logdir, model, None
         self.url = f"http://127.0.0.1:{self.port}"
 
     def ensure_up(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             return
         log = (self.logdir / "predictor.log").open("a")
-        # --model residual: the predictor the radix LARU serves with in process, shared
         self.proc = subprocess.Popen([sys.executable, "-m", "lcr", "serve-predictor", "--port", str(self.port),
-                                      "--model", "residual"],
+                                      "--model", self.model],
                                      stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         _wait_http(self.url + "/health", self.proc)
 

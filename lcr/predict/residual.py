@@ -31,6 +31,7 @@ Not thread-safe: one engine thread drives it (as every radix predictor);
 """
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Sequence
 
@@ -94,9 +95,13 @@ class ResidualLifePredictor(Predictor):
             cls = 0
         self._add(key, t, cls)
         if len(self.nodes) > self.max_keys:
-            old = next(iter(self.nodes))
-            self._close(*self.nodes.pop(old))
+            self.forget_oldest(1)
         self._since += 1
+
+    def forget_oldest(self, count: int) -> None:
+        """Forget the ``count`` least recently requested nodes (a request moves a node last)."""
+        for key in list(itertools.islice(self.nodes, count)):
+            self._close(*self.nodes.pop(key))
 
     def on_split(self, key: int, lower_key: int) -> None:
         """A node was cut in two: the lower part keeps the node's last request and class."""
@@ -135,7 +140,8 @@ class ResidualLifePredictor(Predictor):
         self._base += column - HORIZON_BUCKETS // 2
 
     # Predictions ------------------------------------------------------------------------
-    def _rebuild(self) -> None:
+    def rebuild(self) -> None:
+        """Recompute the tables behind r and p from the counts now."""
         above = lambda table: np.cumsum(table[:, ::-1], axis=1)[:, ::-1]  # noqa: E731 - sums over bins >= b
         # open nodes stamped before each bucket, per class
         opened = np.concatenate([np.zeros((CLASSES, 1)), np.cumsum(self._open, axis=1)], axis=1)
@@ -145,7 +151,7 @@ class ResidualLifePredictor(Predictor):
     def predict(self, keys: Sequence[int], now: int) -> list[float]:
         # also whenever the intervals seen have doubled: a young model sharpens fast
         if self._tables is None or self._since >= self.refresh or self._recorded > 2 * self._built_with:
-            self._rebuild()
+            self.rebuild()
         count_above, sum_above, opened = self._tables
         out = []
         for key in keys:

@@ -15,7 +15,7 @@ service's rules around it, as the LightGBM model has them:
   only step that moves ``model_version``.
 
 ``now`` is the client's time, as the LightGBM model takes it (a radix cache sends the
-same clock it observes with); ages below 0 count as 0.
+same clock it observes with).
 
 Thread-safe: one lock around the predictor, so that the service's predict lane may run
 beside its observe lane.
@@ -83,8 +83,7 @@ class ServedResidual:
             if len(nodes) <= max_keys:
                 return 0
             forgotten = len(nodes) - keep
-            for key in list(nodes)[:forgotten]:  # oldest first: observing moves a key to the end
-                self.model._close(*nodes.pop(key))
+            self.model.forget_oldest(forgotten)
             return forgotten
 
     def wait_for_fit(self, timeout: float | None = None) -> None:
@@ -92,7 +91,7 @@ class ServedResidual:
 
     def fit(self) -> bool:
         with self._lock:
-            self.model._rebuild()
+            self.model.rebuild()
             self.model_version += 1
             self.metrics["fits"] += 1
         return True
