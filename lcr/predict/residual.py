@@ -21,7 +21,9 @@ memoryless r(a) is flat and p(a) falls with age, so the order is LRU's.
 Intervals are counted in log-spaced bins (4 per octave); the bins halve every
 ``halve_every`` intervals so the model follows a changing workload. The tables behind
 r and p are rebuilt every ``refresh`` observations and whenever the intervals seen have
-doubled (numpy, O(bins + time buckets)); a prediction is then O(1) per key. A split's lower part keeps the node's history.
+doubled (numpy, O(bins + time buckets)); a prediction is then O(1) per key. A split's
+lower part starts unknown (NaN, the first victim until requested): it inheriting the node's
+history measured worse in replay, and a service, which sees accesses only, could not do it.
 Open nodes are counted by the 16-unit bucket of their last request, over the last
 ``HORIZON_BUCKETS`` buckets (2^22 time units); older ones share one count, so a node
 older than that sees every such node as at least as old as itself. Memory stays bounded
@@ -102,12 +104,6 @@ class ResidualLifePredictor(Predictor):
         """Forget the ``count`` least recently requested nodes (a request moves a node last)."""
         for key in list(itertools.islice(self.nodes, count)):
             self._close(*self.nodes.pop(key))
-
-    def on_split(self, key: int, lower_key: int) -> None:
-        """A node was cut in two: the lower part keeps the node's last request and class."""
-        node = self.nodes.get(key)
-        if node is not None and lower_key not in self.nodes:
-            self._add(lower_key, *node)
 
     def _add(self, key: int, t: int, cls: int) -> None:
         self.nodes[key] = (t, cls)
