@@ -22,8 +22,8 @@ Intervals are counted in log-spaced bins (4 per octave); the bins halve every
 ``halve_every`` intervals so the model follows a changing workload. The tables behind
 r and p are rebuilt every ``refresh`` observations and whenever the intervals seen have
 doubled (numpy, O(bins + time buckets)); a prediction is then O(1) per key. A split's
-lower part starts unknown (NaN, the first victim until requested): it inheriting the node's
-history measured worse in replay, and a service, which sees accesses only, could not do it.
+lower part starts unknown (NaN: first out of LARU's window until requested); inheriting the
+node's history measured worse in replay, and a service, which sees accesses only, cannot.
 Open nodes are counted by the 16-unit bucket of their last request, over the last
 ``HORIZON_BUCKETS`` buckets (2^22 time units); older ones share one count, so a node
 older than that sees every such node as at least as old as itself. Memory stays bounded
