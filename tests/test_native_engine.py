@@ -135,14 +135,15 @@ def test_laru_shrinks_lambda_and_counts_like_the_spec():
 def test_laru_follows_its_heuristic_experts_like_the_spec():
     # Answers that say nothing (constant) or little (a noisy oracle): an expert's shadow
     # leads, the path worth checking (the noisy oracle of the tests above mostly keeps the
-    # predictions ahead). The loop is the interval expert's case, the scan the others'.
+    # predictions ahead). The loop is the interval expert's case, the scan the others'; at
+    # k = 300 the first-seen expert's probation holds 3 keys (1 below k = 200).
     followed = 0
     for workload, values in (("loop:requests=5000,keys=300", "constant"),
                              ("scan:requests=6000,hot_keys=200,scan_length=300,scan_every=800,seed=2", "constant"),
                              ("zipf:requests=6000,keys=800,alpha=0.9,seed=2", "noisy")):
         trace = generate(workload)
         predictions = np.zeros(len(trace)) if values == "constant" else oracle_predictions(trace, 0.6, seed=3)
-        for capacity, guard in ((30, 0.01), (120, "none")):
+        for capacity, guard in ((30, 0.01), (120, "none"), (300, 0.01)):  # 300: a probation of 3
             params = dict(mode="async", b=1.05, credit=1, guard=guard)
             got = assert_same_decisions(trace, "laru", capacity, predictions, **params, intervals=1)
             alone = native_replay(trace, "laru", capacity, predictions, record_evictions=True, **params, intervals=0)

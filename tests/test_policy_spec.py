@@ -218,20 +218,48 @@ def test_interval_expert_ranks_by_the_smoothed_interval():
 
 def test_first_seen_expert_keeps_a_passs_first_keys_until_its_shadow_drops_them():
     """Keys seen once rank after every key with an interval, the newest first (2**52 + the
-    access); one the expert's shadow evicted ranks +inf (first out); a key with an
-    interval keeps its rank whatever the shadow does."""
+    access), once they have left the probation (one slot at k = 4: the newest first
+    access, ranked below them); one the expert's shadow evicted ranks +inf (first out); a
+    key with an interval keeps its rank whatever the shadow does."""
     from lcr.policies.laru_experts import FirstSeenRanks
 
     expert = FirstSeenRanks(4)
-    for t, key in ((0, 7), (1, 8), (2, 9), (10, 7)):
+    for t, key in ((0, 7), (1, 8), (2, 9), (3, 6), (10, 7)):
         expert.on_access(key, t)
-    seen_once = FirstSeenRanks.SEEN_ONCE
-    assert expert.predict([7, 8, 9], 11) == [20.0, seen_once + 1, seen_once + 2]
-    assert expert.pick_victim([7, 8, 9]) == 9  # the newest key seen once
+    seen_once, probation = FirstSeenRanks.SEEN_ONCE, FirstSeenRanks.PROBATION_TOP
+    assert expert.predict([7, 8, 9, 6], 11) == [20.0, seen_once + 1, seen_once + 2, probation - 3]
+    assert expert.pick_victim([7, 8, 9, 6]) == 9  # the newest key seen once, out of the probation
     expert.on_shadow_eviction(8)
     expert.on_shadow_eviction(7)
     assert expert.predict([7, 8, 9], 11) == [20.0, math.inf, seen_once + 2]
     assert expert.pick_victim([7, 8, 9]) == 8
+
+
+def test_first_seen_expert_keeps_the_newest_first_accesses_in_a_probation():
+    """LIRS's resident HIR share (1% of the cache: 3 slots at k = 300) holds the newest
+    first accesses, oldest out first, below every key seen once before them: a key
+    requested again soon after its first access is not the bet's first victim. A member
+    requested again leaves with an interval (its slot is not refilled from older keys); one
+    the shadow drops ranks +inf."""
+    from lcr.policies.laru_experts import FirstSeenRanks
+
+    expert = FirstSeenRanks(300)
+    assert expert.probation_slots == 3
+    for t, key in enumerate((10, 11, 12, 13, 14)):  # 10 and 11 have left; 12, 13, 14 wait
+        expert.on_access(key, t)
+    seen_once, probation = FirstSeenRanks.SEEN_ONCE, FirstSeenRanks.PROBATION_TOP
+    assert expert.predict([10, 11, 12, 13, 14], 5) == [seen_once, seen_once + 1, probation - 2, probation - 3,
+                                                      probation - 4]
+    assert expert.pick_victim([10, 11, 12, 13, 14]) == 11  # not 14, the newest
+    assert expert.pick_victim([12, 13, 14]) == 12  # among the members: the oldest
+    expert.on_access(13, 5)  # requested again: an interval, out of the probation
+    expert.on_access(15, 6)  # 12, 14, 15 wait: nobody else leaves
+    assert expert.predict([12, 13, 14, 15], 7) == [probation - 2, 7.0, probation - 4, probation - 6]
+    expert.on_shadow_eviction(12)
+    expert.on_access(16, 7)  # 14, 15, 16: the shadow's drop freed 12's slot
+    assert expert.predict([12, 14, 16], 8) == [math.inf, probation - 4, probation - 7]
+    expert.on_access(17, 8)  # 14 leaves
+    assert expert.predict([14], 9) == [seen_once + 4]
 
 
 def test_laru_following_the_first_seen_expert_keeps_a_loops_first_keys():

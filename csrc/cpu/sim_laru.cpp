@@ -1,6 +1,7 @@
 // LARU (learning-augmented LRU, Algorithm 1) core; the spec is lcr.policies.laru.LARU.
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <limits>
 #include <vector>
 
@@ -66,6 +67,11 @@ public:
     }
 
     int64_t misses() const { return misses_; }
+
+    // The rank this cache's own tree holds for `id` changed (an expert's shadow: its expert re-ranked it).
+    void rerank_own(int32_t id, double rank) {
+        if (cache_.contains(id)) cache_.rerank(id, rank);
+    }
 
     // Expert `e` re-ranked `id` (lcr.policies.laru_experts.ExpertRanks.on_shadow_eviction).
     void rerank(int64_t e, int32_t id, double rank) {
@@ -200,31 +206,60 @@ public:
 
     Expert(Kind kind, int64_t k, int64_t n_ids, const LaruParams& params, Counters& counters)
         : kind_(kind), tau_(10 * static_cast<double>(k) / std::log(2.0)),  // halves every 10 k requests
+          probation_limit_(resident_hir_slots(k)),
           shadow_(k, n_ids, params.for_expert_shadow(), counted_nowhere_, counters, 0) {
         last_.assign(n_ids, -1);
         value_.assign(n_ids, 0.0);
+        if (kind == kFirst) in_probation_.assign(n_ids, 0);
     }
 
-    // The expert's rank of request t, then the shadow serves it with that rank. Returns
-    // the rank, and in `reranked` a key whose rank the shadow's eviction changed to +inf
-    // (FirstSeenRanks.on_shadow_eviction: a key seen once that the shadow dropped), or -1.
+    // Ranks an access changed besides its own key's: a key leaving the first-seen
+    // expert's probation, and a key seen once that the shadow dropped (+inf).
+    struct Reranked {
+        int32_t id[2] = {-1, -1};
+        double rank[2] = {0, 0};
+        int n = 0;
+        void add(int32_t i, double r) { id[n] = i; rank[n++] = r; }
+    };
+
+    // The expert's rank of request t, then the shadow serves it with that rank; `reranked`
+    // gets the keys whose rank this changed (FirstSeenRanks: one leaving the probation, one
+    // seen once that the shadow dropped).
     template <class Never>
-    double access(int32_t id, int64_t t, Never&& never, int32_t& reranked) {
-        const double r = rank(id, t);
+    double access(int32_t id, int64_t t, Never&& never, Reranked& reranked) {
+        reranked.n = 0;
+        const double r = rank(id, t, reranked);
         const int32_t victim = shadow_.access(id, r, nullptr, never).victim;
-        reranked = kind_ == kFirst && victim >= 0 && value_[victim] == 0 ? victim : -1;
+        if (kind_ == kFirst && victim >= 0 && value_[victim] == 0) {
+            leave_probation(victim);
+            reranked.add(victim, kInf);
+        }
         return r;
     }
     int64_t misses() const { return shadow_.misses(); }
 
 private:
-    double rank(int32_t id, int64_t t) {
+    double rank(int32_t id, int64_t t, Reranked& reranked) {
         switch (kind_) {
             case kIntervals:  // last access + the smoothed interval, +inf after one access
-            case kFirst: {    // the same, but SEEN_ONCE + t after one access (newest first)
+            case kFirst: {    // the same, but seen once: the probation, then SEEN_ONCE + t
                 const int64_t previous = last_[id];
                 last_[id] = t;
-                if (previous < 0) return kind_ == kFirst ? kSeenOnce + static_cast<double>(t) : kInf;
+                if (previous < 0) {
+                    if (kind_ != kFirst) return kInf;
+                    probation_.push_back(id);
+                    in_probation_[id] = 1;
+                    if (++probation_size_ > probation_limit_) {  // the oldest member leaves
+                        int32_t out = probation_.front();
+                        for (; !in_probation_[out]; out = probation_.front()) probation_.pop_front();
+                        leave_probation(out);
+                        const double seen_once = kSeenOnce + static_cast<double>(last_[out]);
+                        shadow_.rerank_own(out, seen_once);
+                        reranked.add(out, seen_once);
+                    }
+                    return kProbationTop - static_cast<double>(t);
+                }
+                if (kind_ == kFirst) leave_probation(id);
                 const auto interval = static_cast<double>(t - previous);  // >= 1: 0 marks "none yet"
                 double& smoothed = value_[id];
                 smoothed = smoothed == 0 ? interval : (1 - kWeight) * smoothed + kWeight * interval;
@@ -240,7 +275,15 @@ private:
         return kInf;
     }
 
+    void leave_probation(int32_t id) {
+        if (kind_ == kFirst && in_probation_[id]) {
+            in_probation_[id] = 0;
+            --probation_size_;
+        }
+    }
+
     static constexpr double kInf = std::numeric_limits<double>::infinity();
+    static constexpr double kProbationTop = 4503599627370495.0;  // 2^52 - 1
     static constexpr double kWeight = 0.25;  // IntervalRanks.weight: the newest interval's weight
     static constexpr double kSeenOnce = 4503599627370496.0;  // FirstSeenRanks.SEEN_ONCE, 2^52
     const Predictions counted_nowhere_{nullptr, false};  // the ranks come with each access
@@ -248,6 +291,12 @@ private:
     double tau_;
     std::vector<int64_t> last_;
     std::vector<double> value_;  // per key: the smoothed interval, or the decayed count
+    // FirstSeenRanks' probation: its members by first access (members that left stay
+    // behind in the queue until they reach its front), and which keys are members.
+    int64_t probation_limit_;
+    int64_t probation_size_ = 0;
+    std::deque<int32_t> probation_;
+    std::vector<char> in_probation_;
     LaruCache shadow_;
 };
 
@@ -285,9 +334,9 @@ void run_laru(const Requests& req, Recorder& rec, Counters& c, int64_t k, const 
     for (int64_t t = 0; t < req.n; ++t) {
         const int32_t id = req.ids[t];
         for (int64_t e = 0; e < n_experts; ++e) {
-            int32_t reranked;
+            Expert::Reranked reranked;
             expert_ranks[e] = experts[e].access(id, t, never, reranked);
-            if (reranked >= 0) cache.rerank(e, reranked, std::numeric_limits<double>::infinity());
+            for (int i = 0; i < reranked.n; ++i) cache.rerank(e, reranked.id[i], reranked.rank[i]);
         }
         predicted.access(id, pred.rank(t), nullptr, never);  // the shadows count this request first
         record(t, cache.access(id, pred.rank(t), expert_ranks.data(), leader));

@@ -18,7 +18,7 @@ class Lirs {
 public:
     Lirs(int64_t n_ids, int64_t capacity, Recorder& rec)
         : stack_(n_ids), queue_(n_ids), nonresident_(n_ids), state_(n_ids, kLir), capacity_(capacity),
-          hir_limit_(std::max<int64_t>(1, int64_t(0.01 * double(capacity)))), lir_limit_(capacity - hir_limit_),
+          hir_limit_(resident_hir_slots(capacity)), lir_limit_(capacity - hir_limit_),
           rec_(rec) {}
 
     void access(int64_t t, int32_t id) {

@@ -111,6 +111,12 @@ inline int64_t checked_capacity(int64_t capacity) {
     return capacity;
 }
 
+// LIRS's resident HIR share, 1% of the cache (lcr.policies.lirs.resident_hir_slots): LIRS's
+// own HIR queue and the probation of LARU's first-seen expert.
+inline int64_t resident_hir_slots(int64_t capacity) {
+    return std::max<int64_t>(1, static_cast<int64_t>(0.01 * static_cast<double>(capacity)));
+}
+
 template <class T>
 const T* aligned_with(const Array<T>& a, int64_t n, const char* what) {
     if (a.ndim() != 1 || a.size() != n)

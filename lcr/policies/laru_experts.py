@@ -14,6 +14,9 @@ keys that need no model, for what a boundary classifier is blind to.
   that this expert's own shadow has dropped ranks first instead (+inf): the ranking never
   ages, so a cache that followed another leader before would otherwise keep one-time keys
   forever that the shadow made no room for (on a scan, 61% -> 22% of the gap closed).
+  The newest first accesses first wait in a probation of LIRS's resident HIR size (1% of
+  the cache), oldest out first and below every key seen once before them, so that a key
+  requested again soon after its first access is not the bet's first victim.
   It also breaks the predictions' ties while its shadow keeps up (``lcr.policies.laru``).
 - ``decay`` (frequency with aging, as LRFU's combined recency and frequency): each access
   adds 1 to a count that halves every 10 k requests (TinyLFU's aging period, 10 x the
@@ -24,15 +27,19 @@ keys that need no model, for what a boundary classifier is blind to.
 Each expert is a ``NextAccessPredictor`` whose rank for a key is fixed at the key's
 access (read, never computed, at ``predict``): the LARU that owns it reports every
 request through ``on_access``, and every key the expert's shadow evicts through
-``on_shadow_eviction`` (where ``first`` re-ranks it). A rank that changes only at those
-events is what lets the native core keep each expert's order in a tree.
+``on_shadow_eviction`` (where ``first`` re-ranks it; ``first`` also re-ranks the key an
+access pushes out of its probation). A rank that changes only at those events is what
+lets the native core keep each expert's order in a tree.
 
 Not thread-safe (neither is a policy).
 """
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from typing import Sequence
+
+from lcr.policies.lirs import resident_hir_slots
 
 
 class ExpertRanks:
@@ -89,20 +96,36 @@ class IntervalRanks(ExpertRanks):
 
 
 class FirstSeenRanks(IntervalRanks):
-    """As ``IntervalRanks``, but a key seen once ranks ``SEEN_ONCE`` + its access (newest
-    first, after every key with an interval) until this expert's shadow drops it (+inf)."""
+    """As ``IntervalRanks``, but a key seen once first waits in a probation of LIRS's
+    resident HIR size (the newest first accesses, oldest out first), then ranks
+    ``SEEN_ONCE`` + its access (newest first, after every key with an interval) until this
+    expert's shadow drops it (+inf)."""
 
     name = "first"
-    #: Above every interval rank (last access + smoothed interval); SEEN_ONCE + t stays an
-    #: exact double for t < 2**52, as in the native core.
+    #: Above every interval rank (last access + smoothed interval) and every probation rank
+    #: (PROBATION_TOP - access); all are exact doubles for t < 2**51, as in the native core.
     SEEN_ONCE = 2.0 ** 52
+    PROBATION_TOP = 2.0 ** 52 - 1
+
+    def __init__(self, capacity: int):
+        super().__init__(capacity)
+        self.probation_slots = resident_hir_slots(capacity)
+        self._probation: OrderedDict[int, None] = OrderedDict()  # oldest first access first
 
     def rank(self, key, t):
         rank = super().rank(key, t)
-        return self.SEEN_ONCE + t if rank == math.inf else rank
+        if rank != math.inf:
+            self._probation.pop(key, None)
+            return rank
+        self._probation[key] = None
+        if len(self._probation) > self.probation_slots:  # its oldest member leaves
+            out, _ = self._probation.popitem(last=False)
+            self._rank[out] = self.SEEN_ONCE + self._last[out]
+        return self.PROBATION_TOP - t
 
     def on_shadow_eviction(self, key):
         if key not in self._smoothed:  # seen once: the shadow found no room for it
+            self._probation.pop(key, None)
             self._rank[key] = math.inf
 
 

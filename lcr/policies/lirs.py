@@ -40,6 +40,11 @@ from lcr.policies.base import Policy
 LIR, HIR, NONRESIDENT = 0, 1, 2
 
 
+def resident_hir_slots(capacity: int) -> int:
+    """LIRS's resident HIR share: the slots where keys not (yet) proven recur, 1% of the cache."""
+    return max(1, int(0.01 * capacity))
+
+
 class LIRS(Policy):
     name = "lirs"
     evicts_on_hit = True
@@ -47,7 +52,7 @@ class LIRS(Policy):
 
     def __init__(self, capacity: int):
         super().__init__(capacity)
-        self.hir_limit = max(1, int(0.01 * self.capacity))
+        self.hir_limit = resident_hir_slots(self.capacity)
         self.lir_limit = self.capacity - self.hir_limit
         # Oldest (bottom) first; the last entry is the top. S maps key -> LIR/HIR/NONRESIDENT.
         self.stack: OrderedDict[int, int] = OrderedDict()
