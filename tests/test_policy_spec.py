@@ -303,6 +303,24 @@ def test_laru_first_seen_expert_breaks_the_predictions_ties(first_misses, victim
     assert policy.stats.extra["expert_evictions"] == (how == "lead")
 
 
+def test_laru_keeps_recency_among_tied_keys_with_intervals():
+    """The first-seen expert's tie-break is its bet on keys seen once: among tied keys that
+    all have an interval, the oldest goes (2), not the one the expert expects back latest
+    (1, requested every 3 and just now), which is requested next."""
+    trace = Trace(np.array([1, 2, 3, 1, 2, 3, 1, 4, 1]))
+    policy, predictor = build("laru", trace, 3, np.zeros(len(trace)), mode="async")
+    first, first_shadow = policy.tie_breaker
+    for t, key in enumerate(trace.keys.tolist()):
+        if t == 7:  # before 4's miss: every key has an interval, 1 ranks first
+            assert first.predict([1, 2, 3], t) == [9.0, 7.0, 8.0]
+        predictor.observe(key, t)
+        policy.access(key, t)
+        if t == 7:  # the shadows are even: the first-seen expert breaks the tie
+            assert first_shadow.stats.misses == policy.predicted_shadow.stats.misses == 4
+            assert policy.last_evicted == 2
+    assert policy.stats.misses == 4  # 1 hit at the end
+
+
 def test_laru_keeps_a_loops_first_keys_where_answers_tie():
     """Where the answers tie (constant) and no shadow has missed less yet, LARU keeps the
     first pass's first keys, as LIRS and OPT do, and hits them in the second pass; with

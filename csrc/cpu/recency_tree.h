@@ -112,6 +112,9 @@ public:
         return item_at_[i - leaves_];
     }
 
+    // Whether `id`'s second rank is at least `tie`.
+    bool tie_at_least(int32_t id, double tie) const { return tie_[leaves_ + pos_of_[id]] >= order_key(tie); }
+
     // The largest rank over all items (oldest on ties).
     int32_t largest() const { return item_at_[leftmost_with(1, best_[1]) - leaves_]; }
 

@@ -44,6 +44,8 @@ struct LaruParams {
 constexpr int64_t kPredictions = -1;           // the predictions; recency breaks their ties
 constexpr int64_t kPredictionsFirstTies = -2;  // the predictions; the first-seen expert breaks ties
 constexpr int64_t kFirstExpert = 2;            // its index (EXPERTS: intervals, decay, first)
+// FirstSeenRanks.ONCE_FLOOR, 2^51: its ranks of keys seen once are at least this.
+constexpr double kOnceFloor = 2251799813685248.0;
 
 // One LARU cache of k ids. Each access brings the key's rank (the prediction, or an
 // expert's answer for that expert's shadow); `pred` only counts the predictor's calls.
@@ -151,7 +153,9 @@ private:
                 victim = by_expert_[e].largest();  // over the whole cache
                 ++c_.expert_evictions;
             } else if (e == kPredictionsFirstTies) {
+                // LARU._break_tie: the first-seen expert's pick, if it is a key seen once.
                 victim = cache_.largest_by_tie_among_oldest(std::min(window, cache_.size()));
+                if (!cache_.tie_at_least(victim, kOnceFloor)) victim = choice.victim;
                 c_.expert_tie_breaks += victim != choice.victim;
             }
             key_[victim].predicted_out_in = phase;

@@ -58,8 +58,9 @@ far (the one that missed least; the first listed on ties). Where no expert leads
 candidates the predictions rank largest may tie (equal answers: NaN before the first
 model, a classifier's equal probabilities for keys it cannot tell apart); while the
 first-seen expert's shadow has missed no more than the predictions' shadow, that expert
-breaks the tie (the tied key it ranks first goes; else the oldest, as without experts):
-where neither the answers nor the shadows tell keys apart, LARU bets as LIRS does. Oracle
+breaks the tie (the tied key it ranks first goes if that is a key seen once, its bet;
+else the oldest, as without experts): where neither the answers nor the shadows tell keys
+apart, LARU bets as LIRS does on keys seen once, and keeps recency among the others. Oracle
 predictions make their shadow OPT, which no shadow beats on any prefix of the requests,
 and tie only on keys never requested again, so LARU still makes OPT's decisions; the
 guard is checked first. The predictor is asked twice per query (the cache and its
@@ -236,11 +237,15 @@ class LARU(Policy):
         return self.tie_breaker[1].stats.misses <= self.predicted_shadow.stats.misses
 
     def _break_tie(self, victim: int) -> int:
-        """Among the window's candidates ranked like ``victim`` (the predictions' largest),
-        the one the first-seen expert ranks first (the oldest on ties)."""
+        """Among the window's candidates ranked like ``victim`` (the predictions' largest,
+        the oldest of them), the one the first-seen expert ranks first (the oldest on ties)
+        if that is a key seen once (its bet); else ``victim``."""
         top, rank = self.table.rank(victim), self.table.rank
         tied = [key for key in self.recency.oldest(self.window) if rank(key) == top]
-        chosen = self.tie_breaker[0].pick_victim(tied)
+        first = self.tie_breaker[0]
+        chosen = first.pick_victim(tied)
+        if not first.seen_once(chosen):
+            chosen = victim
         self.stats.extra["expert_tie_breaks"] += chosen != victim
         return chosen
 

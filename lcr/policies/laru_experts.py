@@ -17,7 +17,8 @@ keys that need no model, for what a boundary classifier is blind to.
   The newest first accesses first wait in a probation of LIRS's resident HIR size (1% of
   the cache), oldest out first and below every key seen once before them, so that a key
   requested again soon after its first access is not the bet's first victim.
-  It also breaks the predictions' ties while its shadow keeps up (``lcr.policies.laru``).
+  It also breaks the predictions' ties among keys seen once while its shadow keeps up
+  (``lcr.policies.laru``).
 - ``decay`` (frequency with aging, as LRFU's combined recency and frequency): each access
   adds 1 to a count that halves every 10 k requests (TinyLFU's aging period, 10 x the
   cache size); the lowest count goes first. The order of two decayed counts never changes
@@ -106,6 +107,8 @@ class FirstSeenRanks(IntervalRanks):
     #: (PROBATION_TOP - access); all are exact doubles for t < 2**51, as in the native core.
     SEEN_ONCE = 2.0 ** 52
     PROBATION_TOP = 2.0 ** 52 - 1
+    #: Every rank of a key seen once is at least this, every interval rank below it.
+    ONCE_FLOOR = 2.0 ** 51
 
     def __init__(self, capacity: int):
         super().__init__(capacity)
@@ -122,6 +125,10 @@ class FirstSeenRanks(IntervalRanks):
             out, _ = self._probation.popitem(last=False)
             self._rank[out] = self.SEEN_ONCE + self._last[out]
         return self.PROBATION_TOP - t
+
+    def seen_once(self, key: int) -> bool:
+        """Whether ``key``'s rank is a seen-once one (the probation, the bet or +inf)."""
+        return self._rank.get(key, math.inf) >= self.ONCE_FLOOR
 
     def on_shadow_eviction(self, key):
         if key not in self._smoothed:  # seen once: the shadow found no room for it
