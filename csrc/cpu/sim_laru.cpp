@@ -263,7 +263,7 @@ private:
                     }
                     return kProbationTop - static_cast<double>(t);
                 }
-                if (kind_ == kFirst) leave_probation(id);
+                leave_probation(id);  // no-op but for the first-seen expert's members
                 const auto interval = static_cast<double>(t - previous);  // >= 1: 0 marks "none yet"
                 double& smoothed = value_[id];
                 smoothed = smoothed == 0 ? interval : (1 - kWeight) * smoothed + kWeight * interval;

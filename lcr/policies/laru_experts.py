@@ -107,7 +107,7 @@ class FirstSeenRanks(IntervalRanks):
     #: (PROBATION_TOP - access); all are exact doubles for t < 2**51, as in the native core.
     SEEN_ONCE = 2.0 ** 52
     PROBATION_TOP = 2.0 ** 52 - 1
-    #: Every rank of a key seen once is at least this, every interval rank below it.
+    #: Every rank of a key seen once is at least this, every interval rank below it (t < 2**50).
     ONCE_FLOOR = 2.0 ** 51
 
     def __init__(self, capacity: int):
