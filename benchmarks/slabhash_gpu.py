@@ -252,28 +252,29 @@ def device_copy_gb_per_s():
 
 
 def profile():
-    """Where the time of one find (1M resident keys) and one SLS-on-hits batch goes."""
+    """Where the time of one find (1M resident keys) and of SLS on all-hit batches (the
+    fused path, 2,048 and 65,536 bags of 50) goes, host and device."""
     import torch
-    import lcr
     from torch.profiler import ProfilerActivity, profile as torch_profile
+    from lcr.embedding import fused
     from lcr.embedding.cache import SlabHashCache
     generator = torch.Generator(device="cuda").manual_seed(1)
     cache = SlabHashCache(SLOTS // 64, 8, policy="lru", device="cuda")
     keys = fill(cache, SLOTS // 2, generator)
     query = keys[torch.randint(0, keys.numel(), (BATCH,), device="cuda", generator=generator)]
-    table = torch.randn(1 << 16, 128)
-    small = lcr.SlabHashCache(2048, 128, device="cuda")
-    store = lcr.HostStore(table)
-    lcr.sls(small, store, torch.arange(1 << 16, device="cuda"), torch.tensor([0], device="cuda"))
-    indices = torch.randint(0, 1 << 16, (102400,), device="cuda")
-    offsets = torch.arange(0, 102400, 50, device="cuda")
+    resident, store, weight = resident_cache()
     new_rows = torch.randn(BATCH, 8, device="cuda", generator=generator)
 
     def insert():  # 1M new keys into the half-full table: all miss, few evict
         cache.commit(cache.find(random_keys(BATCH, generator)), new_rows)
-    for name, fn in (("find", lambda: cache.find(query)),
-                     ("sls", lambda: lcr.sls(small, store, indices, offsets)),
-                     ("insert", insert)):
+
+    def hits(bags):
+        indices = torch.randint(0, weight.shape[0], (bags * 50,), device="cuda")
+        offsets = torch.arange(0, bags * 50, 50, device="cuda")
+        return lambda: fused.fused_sls(resident, store, indices, offsets)
+    for name, fn in (("find", lambda: cache.find(query)), ("insert", insert),
+                     ("fused sls, 2048 bags on hits", hits(2048)),
+                     ("fused sls, 65536 bags on hits", hits(65536))):
         for _ in range(3):
             fn()
         torch.cuda.synchronize()
@@ -281,9 +282,9 @@ def profile():
             for _ in range(5):
                 fn()
             torch.cuda.synchronize()
-        print(f"== {name}")
-        print(prof.key_averages().table(sort_by="cpu_time_total", row_limit=25))
-        print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=12))
+        print(f"== {name} (5 calls)")
+        print(prof.key_averages().table(sort_by="cpu_time_total", row_limit=30))
+        print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=15))
 
 
 def environment():
@@ -317,7 +318,8 @@ def main() -> int:
     parser.add_argument("--skip-table", action="store_true", help="only SLS on hits")
     parser.add_argument("--batches", default="2048",
                         help="comma-separated SLS batch sizes (bags of 50 lookups each)")
-    parser.add_argument("--profile", action="store_true", help="profile find and sls, then stop")
+    parser.add_argument("--profile", action="store_true",
+                        help="profile find, insert and the fused SLS on hits, then stop")
     parser.add_argument("--skip-fused", action="store_true", help="leave out the fused SLS")
     parser.add_argument("--miss-rate", default="0.01",
                         help="fraction of the fused SLS's lookups missing to the host table")

@@ -2,8 +2,12 @@
 from __future__ import annotations
 
 import json
+import threading
+
+import time
 
 import numpy as np
+import pytest
 
 from lcr.cli import main
 
@@ -58,6 +62,72 @@ def test_the_batch_predictor_answers_one_batch_behind():
         predictor.submit(lookups[4:], 4)
         keys, answers = predictor.collect()
         assert keys.tolist() == [5, 6, 7] and answers.tolist() == [20.0, 10.0, 30.0]
+    finally:
+        predictor.close()
+
+
+class _SlowModel:
+    """Observing takes ``delay`` seconds; answers every key with the batch's start."""
+
+    def __init__(self, delay, fail_at=None):
+        self.delay, self.fail_at, self.observed = delay, fail_at, []
+        self.started = threading.Event()
+
+    def observe_batch(self, indices, start):
+        self.started.set()
+        time.sleep(self.delay)
+        if start == self.fail_at:
+            raise RuntimeError("model broke")
+        self.observed.append(start)
+
+    def predict(self, keys, now):
+        return np.full(len(keys), float(self.observed[-1]))
+
+
+def test_the_async_batch_predictor_never_waits_and_skips_what_it_has_no_time_for():
+    """Async mode: a model ten times slower than the loop costs the loop nothing; batches
+    queued behind the one in progress are replaced by newer ones, never observed; collect
+    hands over the newest answer only."""
+    from lcr.embedding.bench import BatchPredictor
+
+    model = _SlowModel(0.3)
+    predictor = BatchPredictor(model, wait=False)
+    try:
+        began = time.perf_counter()
+        answers = []
+        for start in range(0, 50, 10):
+            answers.append(predictor.collect())
+            predictor.submit(np.arange(start, start + 10), start)
+            model.started.wait(1)  # batch 0 in progress
+        assert time.perf_counter() - began < 0.2 and answers == [None] * 5
+        time.sleep(0.9)  # batch 0, then the newest (40): 10..30 were replaced unobserved
+        keys, values = predictor.collect()
+        assert model.observed == [0, 40] and keys.tolist() == list(range(40, 50))
+        assert values.tolist() == [40.0] * 10 and predictor.collect() is None
+        assert (predictor.seen, predictor.skipped) == (20, 30) and predictor.seen_share == 0.4
+    finally:
+        predictor.close()
+    failing = BatchPredictor(_SlowModel(0.0, fail_at=0), wait=False)
+    try:
+        failing.submit(np.arange(3), 0)
+        time.sleep(0.2)
+        with pytest.raises(RuntimeError, match="model broke"):
+            failing.collect()
+    finally:
+        failing.close()
+
+
+def test_the_sync_batch_predictor_waits_for_a_slow_model():
+    from lcr.embedding.bench import BatchPredictor
+
+    model = _SlowModel(0.2)
+    predictor = BatchPredictor(model)
+    try:
+        for start in range(0, 40, 10):
+            predictor.submit(np.arange(start, start + 10), start)
+            predictor.collect()
+        assert model.observed[:3] == [0, 10, 20] and predictor.wait_s > 0.3
+        assert predictor.skipped == 0
     finally:
         predictor.close()
 

@@ -418,9 +418,11 @@ def test_cache_lookups_refuse_bad_keys_and_keep_serving(batches, policy):
     assert cache.cached_keys() == reference.cached_keys()
 
 
-# The check of values on a GPU: deferred to find's one synchronisation ---------------------------
+# The check of values on a GPU: with mean, deferred to find's one synchronisation; with sum
+# (the fused path: no synchronisation at all) raised by the next call or ``fused.check``.
 @pytest.mark.gpu
 @pytest.mark.skipif(not gpu_available(), reason="no CUDA GPU")
+@pytest.mark.parametrize("mode", ["sum", "mean"])
 @pytest.mark.parametrize("case", [
     dict(indices=[1, 2, 3], offsets=[1, 2]),
     dict(indices=[1, 2, 3], offsets=[0, 3, 2]),
@@ -432,13 +434,17 @@ def test_cache_lookups_refuse_bad_keys_and_keep_serving(batches, policy):
     dict(indices=[1, 20, 3], offsets=[0]),
     dict(indices=[1, 2, 3], offsets=[0, 2, 5], include_last_offset=True),
 ])
-def test_bad_values_on_the_gpu_are_refused_and_leave_the_cache_working(case):
+def test_bad_values_on_the_gpu_are_refused_and_leave_the_cache_working(case, mode):
+    from lcr.embedding import fused
     table = table_of(10, 4)
     cache, store = SlabHashCache(1, 4, device="cuda"), HostStore(table)
     case = {k: torch.tensor(v, device="cuda") if isinstance(v, list) else v for k, v in case.items()}
     with pytest.raises(REFUSALS):
-        lcr.sls(cache, store, **case)
+        lcr.sls(cache, store, mode=mode, **case)
+        if mode == "sum":  # fused: refused once the device has passed the batch's checks
+            fused.check(cache)
     torch.cuda.synchronize()  # no device-side fault
+    assert all(0 <= key < 10 for key in cache.cached_keys())
     indices, offsets = torch.arange(10, device="cuda"), torch.tensor([0, 4], device="cuda")
-    torch.testing.assert_close(lcr.sls(cache, store, indices, offsets).cpu(),
-                               F.embedding_bag(indices.cpu(), table, offsets.cpu(), mode="sum"))
+    torch.testing.assert_close(lcr.sls(cache, store, indices, offsets, mode=mode).cpu(),
+                               F.embedding_bag(indices.cpu(), table, offsets.cpu(), mode=mode))

@@ -10,16 +10,18 @@ runs the same batches again with a synchronisation after each stage, for the bre
 
 Predictions come from ``BatchPredictor``, a CPU thread beside the serving loop: it takes
 each batch's lookups, observes them and predicts the batch's distinct keys while the
-next batch is served; its answers are written into the cache before the batch after
-that. Its work runs during the timed batches, and when it is slower than a batch the
-loop waits for it, so a predictor's cost is on the clock.
+next batch is served. Its work runs during the timed batches, so a predictor's cost is on
+the clock. Sync mode writes batch i's answers into the cache before batch i + 2, waiting
+for the thread when it is behind (the same decisions on every run: what the predictions
+are worth); async mode never waits: answers are written when they are ready, and batches
+the thread has no time for are never observed (``seen``: the share it observed).
 
 In the same run, ``embedding_bag`` on the whole table where the cache lives (its upper
 bound: every row resident) is timed as the row ``embedding_bag``.
 """
 from __future__ import annotations
 
-import queue
+import collections
 import threading
 import time
 from contextlib import contextmanager
@@ -50,10 +52,14 @@ class SlsBenchResult:
     predictor_ms: float = 0.0         # predictor thread's work per batch (observe + predict)
     predictor_wait_ms: float = 0.0    # what the serving loop waited for it, per batch
     predictor: str = ""               # what a predictive policy's predictions came from
+    prediction_mode: str = ""         # sync or async (BatchPredictor), with a predictor
+    predictor_seen: float = 1.0       # share of the timed lookups the model observed
 
     @property
     def label(self) -> str:
-        return f"{self.policy}/{self.predictor}" if self.predictor else self.policy
+        if not self.predictor:
+            return self.policy
+        return f"{self.policy}/{self.predictor}" + (" async" if self.prediction_mode == "async" else "")
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -86,28 +92,44 @@ def batches_of(workload: SlsWorkload, batch_size: int, count: int):
 
 
 class BatchPredictor:
-    """A predictor on a CPU thread of its own, one batch behind the serving loop.
+    """A predictor on a CPU thread of its own beside the serving loop.
 
-    ``submit(indices, start)`` hands it a batch's lookups (positions ``start``, ...);
-    the thread calls ``model.observe_batch(indices, start)`` and then
-    ``model.predict(distinct_keys, now)``. ``collect()`` returns the answers to the batch
-    submitted before the last one, waiting for them if the thread is behind, so every
-    run makes the same decisions and the thread's lag costs wall time. One serving loop
-    only (not thread-safe for several callers)."""
+    ``submit(indices, start)`` hands it a batch's lookups (positions ``start``, ...); the
+    thread calls ``model.observe_batch(indices, start)`` and then
+    ``model.predict(distinct_keys, now)``; ``collect()`` hands answers back. Two modes, the
+    paper's two:
 
-    def __init__(self, model):
-        self.model = model
-        self._inbox: queue.Queue = queue.Queue(maxsize=2)
-        self._done: queue.Queue = queue.Queue()
-        self._pending = 0
-        self.work_s = 0.0
-        self.wait_s = 0.0
+    - ``wait=True`` (sync): ``collect()`` returns the answers to the batch submitted before
+      the last one, waiting for them if the thread is behind, so every run makes the same
+      decisions and the thread's lag costs wall time;
+    - ``wait=False`` (async): the serving loop never waits. ``submit`` leaves the batch in a
+      one-batch mailbox, replacing one the thread has not started (its lookups are never
+      observed: ``skipped``), and ``collect()`` returns the newest answers finished since
+      the last call, or None.
+
+    A model's exception is raised by the ``collect()`` that would have returned its answer.
+    One serving loop only (``submit`` and ``collect`` are not safe from several threads)."""
+
+    def __init__(self, model, wait: bool = True):
+        self.model, self.wait = model, wait
+        self._cv = threading.Condition()
+        self._mailbox: collections.deque = collections.deque()  # batches not started
+        self._answers: collections.deque = collections.deque()  # finished, not collected
+        self._pending = 0   # sync: batches submitted, answers not collected
+        self._closed = False
+        self.work_s = self.wait_s = 0.0
+        self.seen = self.skipped = 0  # lookups observed, and dropped unobserved (async)
         self._thread = threading.Thread(target=self._run, name="lcr-batch-predictor", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
-        while (item := self._inbox.get()) is not None:
-            indices, start = item
+        while True:
+            with self._cv:
+                while not self._mailbox and not self._closed:
+                    self._cv.wait()
+                if not self._mailbox:
+                    return
+                indices, start = self._mailbox.popleft()
             began = time.perf_counter()
             try:
                 self.model.observe_batch(indices, start)
@@ -116,27 +138,57 @@ class BatchPredictor:
                                            dtype=np.float64))
             except Exception as err:  # noqa: BLE001 - handed to the serving loop
                 answer = err
-            self.work_s += time.perf_counter() - began
-            self._done.put(answer)
+            with self._cv:
+                self.work_s += time.perf_counter() - began
+                self.seen += len(indices)
+                self._answers.append(answer)
+                self._cv.notify_all()
 
     def submit(self, indices: np.ndarray, start: int) -> None:
-        self._inbox.put((indices, start))
-        self._pending += 1
+        with self._cv:
+            while not self.wait and self._mailbox:  # the thread is behind: newest first
+                self.skipped += len(self._mailbox.popleft()[0])
+            self._mailbox.append((indices, start))
+            self._pending += 1
+            self._cv.notify_all()
 
     def collect(self):
-        """(keys, predictions) of the batch before the last one submitted, or None."""
-        if self._pending < 2:
-            return None
-        began = time.perf_counter()
-        answer = self._done.get()
-        self.wait_s += time.perf_counter() - began
-        self._pending -= 1
-        if isinstance(answer, Exception):
-            raise answer
-        return answer
+        """(keys, predictions) or None (sync: of the batch before the last one submitted;
+        async: of the newest batch finished since the last call)."""
+        with self._cv:
+            if self.wait:
+                if self._pending < 2:
+                    return None
+                began = time.perf_counter()
+                while not self._answers:
+                    self._cv.wait()
+                self.wait_s += time.perf_counter() - began
+                self._pending -= 1
+                answers = [self._answers.popleft()]
+            else:
+                answers = list(self._answers)
+                self._answers.clear()
+        for answer in answers:
+            if isinstance(answer, Exception):
+                raise answer
+        return answers[-1] if answers else None
+
+    @property
+    def seen_share(self) -> float:
+        """The share of the lookups handed over that the model observed."""
+        total = self.seen + self.skipped
+        return self.seen / total if total else 1.0
+
+    def reset_counts(self) -> None:
+        with self._cv:
+            self.work_s = self.wait_s = 0.0
+            self.seen = self.skipped = 0
 
     def close(self) -> None:
-        self._inbox.put(None)
+        with self._cv:
+            self._closed = True
+            self._mailbox.clear()
+            self._cv.notify_all()
         self._thread.join()
 
 
@@ -155,14 +207,16 @@ def _clock(device: str):
 
 def run_one(workload: SlsWorkload, store, policy: str, cache_ratio: float, batch_size: int,
             dim: int, dtype, device: str, make_model: Callable | None, warmup: int,
-            batches: int, profile: bool = False, predictor_name: str = "") -> SlsBenchResult:
+            batches: int, profile: bool = False, predictor_name: str = "",
+            prediction_mode: str = "sync") -> SlsBenchResult:
     """One cell: ``make_model()`` builds the predictor's model (None: no predictions), run
-    only for a slab policy that reads predictions; ``predictor_name`` labels its result."""
+    only for a slab policy that reads predictions, on a ``BatchPredictor`` in
+    ``prediction_mode`` (sync or async); ``predictor_name`` labels its result."""
     choice = parse_slab_policy(policy)
     cache = SlabHashCache.for_capacity(cache_ratio * workload.cache_rows, dim, dtype=dtype,
                                        policy=choice, device=device)
     predictive = make_model is not None and choice.policy.predictive
-    predictor = BatchPredictor(make_model()) if predictive else None
+    predictor = BatchPredictor(make_model(), wait=prediction_mode == "sync") if predictive else None
     work = [(start, indices.to(device), lengths.to(device))
             for start, indices, lengths in batches_of(workload, batch_size, warmup + batches)]
     timings: dict[str, float] | None = {} if profile else None
@@ -181,7 +235,7 @@ def run_one(workload: SlsWorkload, store, policy: str, cache_ratio: float, batch
             serve(*item, timed=False)
         cache.reset_stats()
         if predictor is not None:
-            predictor.work_s = predictor.wait_s = 0.0
+            predictor.reset_counts()
         with _clock(device) as elapsed:
             for item in work[warmup:]:
                 serve(*item, timed=True)
@@ -195,7 +249,9 @@ def run_one(workload: SlsWorkload, store, policy: str, cache_ratio: float, batch
         stages_ms={s: 1e3 * t / batches for s, t in timings.items()} if profile else {},
         predictor_ms=1e3 * predictor.work_s / batches if predictor else 0.0,
         predictor_wait_ms=1e3 * predictor.wait_s / batches if predictor else 0.0,
-        predictor=predictor_name if predictor else "")
+        predictor=predictor_name if predictor else "",
+        prediction_mode=prediction_mode if predictor else "",
+        predictor_seen=predictor.seen_share if predictor else 1.0)
 
 
 def run_resident(workload: SlsWorkload, table: torch.Tensor, batch_size: int, device: str,
@@ -217,6 +273,7 @@ def run_resident(workload: SlsWorkload, table: torch.Tensor, batch_size: int, de
 def run_sls_bench(workload: SlsWorkload, store, *, policies, cache_ratios, batch_sizes, dim,
                   dtype="float32", device="cpu", make_model=None, warmup=3, batches=10,
                   profile=False, table: torch.Tensor | None = None, predictor: str = "",
+                  prediction_mode: str = "sync",
                   progress: Callable[[SlsBenchResult], None] | None = None) -> list[SlsBenchResult]:
     """Every (cache ratio, batch size, policy) cell, and, given the full ``table``, the
     resident ``embedding_bag`` row per batch size (first, under the first ratio)."""
@@ -233,21 +290,21 @@ def run_sls_bench(workload: SlsWorkload, store, *, policies, cache_ratios, batch
                 add(run_resident(workload, table, batch_size, device, warmup, batches))
             for policy in policies:
                 add(run_one(workload, store, policy, ratio, batch_size, dim, dtype, device,
-                            make_model, warmup, batches, profile, predictor))
+                            make_model, warmup, batches, profile, predictor, prediction_mode))
     return results
 
 
 def format_table(results: list[SlsBenchResult]) -> str:
     stages = list(dict.fromkeys(s for r in results for s in r.stages_ms))  # the paths' own
-    header = (f"{'ratio':>6} {'batch':>6} {'policy':>18} {'latency ms':>10} {'hit ratio':>9} "
-              f"{'samples/s':>10} {'pred ms':>8} {'wait ms':>8}"
+    header = (f"{'ratio':>6} {'batch':>6} {'policy':>24} {'latency ms':>10} {'hit ratio':>9} "
+              f"{'samples/s':>10} {'pred ms':>8} {'wait ms':>8} {'seen':>5}"
               + "".join(f" {s + ' ms':>9}" for s in stages))
     lines = [header, "-" * len(header)]
     for r in results:
         ratio = "-" if r.policy == RESIDENT else f"{r.cache_ratio:.1%}"
-        lines.append(f"{ratio:>6} {r.batch_size:>6} {r.label:>18} {r.latency_ms:>10.2f} "
+        lines.append(f"{ratio:>6} {r.batch_size:>6} {r.label:>24} {r.latency_ms:>10.2f} "
                      f"{r.hit_ratio:>9.3f} {r.samples_per_s:>10.0f} {r.predictor_ms:>8.2f} "
-                     f"{r.predictor_wait_ms:>8.2f}"
+                     f"{r.predictor_wait_ms:>8.2f} {r.predictor_seen:>5.0%}"
                      + "".join(f" {r.stages_ms.get(s, 0.0):>9.2f}" for s in stages))
     return "\n".join(lines)
 

@@ -88,6 +88,10 @@ def register(subparsers) -> None:
     p.add_argument("--predictor", default="oracle",
                    help="oracle, noisy:P, lightgbm or lightgbm-weak, or several comma-separated: "
                         "each policy that reads predictions runs once per predictor, the others once")
+    p.add_argument("--prediction-mode", choices=("sync", "async"), default="sync",
+                   help="sync: batch i's predictions are in before batch i + 2, the loop waits for "
+                        "the predictor thread when it is behind (the same decisions every run); "
+                        "async: the loop never waits and the thread skips batches it has no time for")
     p.add_argument("--store", default="host", help="host, or a redis URL (redis://..., unix://...)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--batches", type=int, default=10, help="timed batches per configuration")
@@ -226,7 +230,8 @@ def run(args: argparse.Namespace) -> int:
                                  make_model=model_factory(predictor, workload.lookups, workload.rows, noise,
                                                           args.seed),
                                  warmup=args.warmup, batches=args.batches, profile=args.profile,
-                                 table=table if i == 0 else None, predictor=name)
+                                 table=table if i == 0 else None, predictor=name,
+                                 prediction_mode=args.prediction_mode)
     print(format_table(results))
     if args.json:
         arguments = {k: v for k, v in vars(args).items() if k != "func"}
