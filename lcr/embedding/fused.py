@@ -180,7 +180,8 @@ def fused_sls(cache: SlabHashCache, store: HostStore, indices, offsets=None, *, 
     with cache.ordered():
         _raise_refusals(cache, wait=False)
         bags = read_bags(indices, offsets, lengths, include_last_offset, "sum", None,
-                         rows=store.rows, dtype=cache.dtype, device=cache.device)
+                         rows=store.rows, dtype=cache.dtype, device=cache.device,
+                         bounds_checked_by_reader=True)  # bag_bounds in slab_fused.h
         out = fused_pool(cache, store, bags)
         if bags.rules.ready is not None:  # deferred: the device checks the values
             _scratch(cache).pending.append(bags)

