@@ -281,9 +281,9 @@ def test_unchecked_bad_values_read_nothing_out_of_bounds_and_cache_no_bad_key():
     store = lcr.HostStore(table, pin=False)
     cache = SlabHashCache(1, 4, engine="warp-model")
     indices = torch.tensor([3, 50, -7, 3, 1 << 40, 9, 2 ** 63 - 1])
-    # The offsets reach the kernel as given (fused_sls leaves their bounds to bag_bounds).
-    bags = read_bags(indices, torch.tensor([0, 5, 2, 99]), rows=50, defer=True,
-                     bounds_checked_by_reader=True)
+    # The offsets reach the kernel as given (fused_sls leaves their bounds to bag_bounds and
+    # the facts its checks read to the kernel).
+    bags = read_bags(indices, torch.tensor([0, 5, 2, 99]), rows=50, defer=True, reader_checks=True)
     assert bags.offsets.tolist() == [0, 5, 2, 99]
     out = fused.fused_pool(cache, store, bags)
     ok = (indices >= 0) & (indices < 50)
@@ -295,6 +295,46 @@ def test_unchecked_bad_values_read_nothing_out_of_bounds_and_cache_no_bad_key():
     assert cache.cached_keys() == {3, 9}
     with pytest.raises(ValueError, match="offsets must be non-decreasing"):
         bags.check()  # the first rule the batch breaks
+    # Offsets that make every lookup fall in 40 bags: 40x more probes than the scratch
+    # holds misses for; the kernel lists at most n of them and touches nothing past it.
+    keys = torch.arange(200) % 50
+    bags = read_bags(keys, torch.tensor([0, 200] * 40), rows=50, defer=True, reader_checks=True)
+    out = fused.fused_pool(SlabHashCache(4, 4, engine="warp-model"), store, bags)
+    assert out.shape == (80, 4) and torch.equal(out[1::2], torch.zeros(40, 4))
+    with pytest.raises(ValueError, match="non-decreasing"):
+        bags.check()
+
+
+BAD_BATCHES = [  # (indices, offsets or None, lengths or None): each breaks one rule or more
+    ([1, 2, 3], [1, 2], None), ([1, 2, 3], [0, 3, 2], None), ([1, 2, 3], [0, 9], None),
+    ([1, 2, 3], [0, -1], None), ([1, 2, 3], [-4, 0], None), ([1, 2, 3], None, [1, 1]),
+    ([1, 2, 3], None, [4, -1]), ([1, -2, 3], [0], None), ([1, 20, 3], [0], None),
+    ([-9, 20, -3, 70], [0, 2], None), ([-9, 20, -3, 70], None, [2, 2]), ([[1, 2], [-5, 30]], None, None),
+    ([7, 9, 20], [0, 1, 1], None), ([0, 19], [0, 1], None), ([0, 19], None, [0, 2]), ([], [0], None),
+]
+
+
+@pytest.mark.parametrize("indices,offsets,lengths", BAD_BATCHES)
+def test_the_kernels_facts_refuse_exactly_what_the_checks_of_read_bags_refuse(indices, offsets, lengths):
+    """A deferred check whose facts the fused kernel gathered (reader_checks) raises the
+    same refusal, word for word, as one whose facts read_bags computed; valid batches pass
+    both (the last three)."""
+    table = integer_table(20, 2)
+    store = lcr.HostStore(table, pin=False)
+
+    def refusal(reader_checks):
+        cache = SlabHashCache(1, 2, engine="warp-model")
+        bags = read_bags(torch.tensor(indices, dtype=torch.int64),
+                         None if offsets is None else torch.tensor(offsets),
+                         None if lengths is None else torch.tensor(lengths),
+                         rows=20, defer=True, reader_checks=reader_checks)
+        fused.fused_pool(cache, store, bags)
+        try:
+            bags.check()
+        except (ValueError, IndexError) as err:
+            return type(err), str(err)
+        return None
+    assert refusal(True) == refusal(False)
 
 
 def test_what_the_fused_path_does_not_serve_is_refused_in_one_line():

@@ -48,7 +48,16 @@ constexpr int64_t kBadLookup = INT64_MIN;
 constexpr int kEntryCount = 0;    // misses listed
 constexpr int kTouchedCount = 1;  // slabsets with a miss
 constexpr int kRegionCursor = 2;  // list entries gathered into sort regions
-constexpr int kCounters = 3;
+// Then the facts lcr.embedding.sls's argument rules read (kFacts of them, in this order),
+// gathered while the batch is served so that checking a batch on a GPU launches nothing
+// of its own; 0 where nothing was seen.
+constexpr int kLowestBadKey = 3;   // the most negative lookup
+constexpr int kHighestBadKey = 4;  // the largest lookup at or past table_rows
+constexpr int kOffsetFalls = 5;    // bags whose next offset lies below their own
+constexpr int kFirstOffset = 6;    // offsets[0]
+constexpr int kLastOffset = 7;     // offsets[num_offsets - 1]
+constexpr int kFacts = 5;
+constexpr int kCounters = 8;
 
 struct MissEntry {
     int64_t pos;
@@ -257,8 +266,32 @@ LCR_WARP_FN int lanes_per_row(int64_t pieces) {
 
 // ---- kernel 1: probe, refresh, list the misses, pool ------------------------------------
 
+// *p = max(*p, v), or min with kMin, by compare-and-swap (both engines have it).
+template <class W, bool kMin>
+LCR_WARP_FN void atomic_extreme(W& w, int64_t* p, int64_t v) {
+    int64_t seen = *p;  // a stale read only costs a retry: the swap decides
+    while (kMin ? v < seen : v > seen) {
+        const int64_t before = w.atomic_cas(p, seen, v);
+        if (before == seen) return;
+        seen = before;
+    }
+}
+
+// A lookup outside [0, table_rows): served as zeros, and one of the batch's facts.
+template <class W>
+LCR_WARP_FN void note_bad_key(W& w, const FusedBatch& b, int64_t key) {
+    if (key < 0) atomic_extreme<W, true>(w, &b.counters[kLowestBadKey], key);
+    else atomic_extreme<W, false>(w, &b.counters[kHighestBadKey], key);
+}
+
+// The offsets' facts, by the lane 0 of each bag's warp.
+LCR_WARP_FN bool offsets_fall_after(const FusedBatch& b, int64_t bag) {
+    return bag + 1 < b.num_offsets && b.offsets[bag + 1] < b.offsets[bag];
+}
+
 // Bag `bag` covers lookups [start, end), clamped into [0, n] and never reversed, so that
-// offsets nobody checked yet cannot send a warp outside the batch.
+// offsets nobody checked yet cannot send a warp outside the batch. Such offsets can make
+// bags overlap (0, 3, 2: [0, 3) and [2, 3)); probe_chunk then lists no more than n misses.
 LCR_WARP_FN void bag_bounds(const FusedBatch& b, int64_t bag, int64_t* start, int64_t* end) {
     const int64_t first = b.offsets[bag];
     const int64_t last = bag + 1 < b.num_offsets ? b.offsets[bag + 1] : b.n;
@@ -298,6 +331,8 @@ LCR_WARP_FN void probe_chunk(W& w, const SlabTable& t, const FusedBatch& b, int6
             where = find_slot(t, key);
             if (where >= 0) first_touch = refresh_slot(w, t, where, p, b.clock);
             missed = where < 0;
+        } else {
+            note_bad_key(w, b, key);
         }
     }
     const unsigned touches = w.ballot(first_touch);
@@ -308,9 +343,9 @@ LCR_WARP_FN void probe_chunk(W& w, const SlabTable& t, const FusedBatch& b, int6
         int64_t first = 0;
         if (lane == leader) first = w.atomic_add(&b.counters[kEntryCount], int64_t(lane_count(misses)));
         first = w.shfl(first, leader);
-        if (missed) {
-            const int64_t e = first + lane_count(misses & ((1u << lane) - 1u));
-            list_miss(w, t, b, e, p, key);
+        const int64_t e = first + lane_count(misses & ((1u << lane) - 1u));
+        if (missed && e < b.n) {  // more misses than lookups: bags overlap (offsets not yet
+            list_miss(w, t, b, e, p, key);  // checked), and the scratch holds n entries
             where = ~e;
         }
     }
@@ -358,6 +393,13 @@ template <class W, class E, int Bytes>
 LCR_WARP_FN void pool_bag(W& w, const SlabTable& t, const FusedBatch& b, int64_t bag) {
     int64_t start, end;
     bag_bounds(b, bag, &start, &end);
+    if (w.lane() == 0) {
+        if (offsets_fall_after(b, bag)) w.atomic_add(&b.counters[kOffsetFalls], int64_t(1));
+        if (bag == 0) {
+            b.counters[kFirstOffset] = b.offsets[0];
+            b.counters[kLastOffset] = b.offsets[b.num_offsets - 1];
+        }
+    }
     for (int64_t c = start; c < end; c += kWarpLanes) probe_chunk(w, t, b, c, end);
     w.sync();  // every lane's where[] of the bag is written before any lane reads it
     pool_rows<W, E, Bytes>(w, b, bag, start, end);

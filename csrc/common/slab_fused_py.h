@@ -68,6 +68,9 @@ inline void def_slab_fused(pybind11::module_& m, SlabFusedFn fused_sls) {
     m.def("slab_fused_sls", fused_sls, py::arg("table"), py::arg("batch"), py::arg("stream"), py::arg("device"),
           "The fused SparseLengthsSum of one batch (csrc/common/slab_fused.h): probe, refresh, pool "
           "from the cache or the backing table, then insert the misses; queued, nothing read back.");
+    // The counters' layout, which lcr.embedding.fused allocates and reads the facts from.
+    m.attr("FUSED_COUNTERS") = slab_fused::kCounters;
+    m.attr("FUSED_FACTS") = py::make_tuple(slab_fused::kLowestBadKey, slab_fused::kFacts);
 }
 
 }  // namespace lcr

@@ -42,7 +42,6 @@ from lcr.embedding.stores import HostStore
 
 ENGINES = ("cuda", "warp-model")
 _DTYPE_CODES = {torch.float32: 0, torch.float16: 1}  # slab_fused::RowDtype
-_COUNTERS = 3  # slab_fused::kCounters
 STAGING_BYTES = 64 << 20  # staged missed rows per batch; misses past them are read twice
 
 
@@ -80,7 +79,13 @@ class _Scratch:
         self.num_slabsets = cache.num_slabsets
         self.head = torch.full((cache.num_slabsets,), -1, dtype=torch.int64, device=cache.device)
         self.count = torch.zeros(cache.num_slabsets, dtype=torch.int64, device=cache.device)
-        self.counters = self.int64(_COUNTERS)
+        layout = cache.engine.module
+        if not hasattr(layout, "FUSED_FACTS"):  # a module built before the facts
+            raise RuntimeError(f"{layout.__name__} predates the fused SLS's argument facts: "
+                               "rebuild lcr's native modules")
+        self.counters = self.int64(layout.FUSED_COUNTERS)
+        first, count = layout.FUSED_FACTS
+        self.facts = self.counters[first:first + count]  # the batch's, read after the kernels
         self.pending: list = []  # batches whose argument checks the device has yet to pass
         self.capacity = -1
         self.reserve(0, None)
@@ -131,7 +136,8 @@ def fused_pool(cache: SlabHashCache, store: HostStore, bags) -> torch.Tensor:
     Raises ``ValueError`` (one line) when the fused path does not apply (``refusal``).
     Lookups outside the store's rows, which ``read_bags`` refuses, are summed as zeros and
     never cached, and offsets are clamped into the batch, so a batch whose deferred checks
-    have yet to run cannot make the kernels read or write out of bounds.
+    have yet to run cannot make the kernels read or write out of bounds. Bags read with
+    ``reader_checks`` get their argument facts from the kernels here.
     """
     reason = refusal(cache, store, bags.mode, bags.per_sample_weights)
     if reason is not None:
@@ -158,6 +164,8 @@ def fused_pool(cache: SlabHashCache, store: HostStore, bags) -> torch.Tensor:
             with _SCRATCH_LOCK:  # the miss lists may be half built: start the next batch afresh
                 _SCRATCH.pop(cache, None)
             raise
+        if bags.rules.reader is not None:  # read_bags left the argument facts to the kernel
+            bags.rules.start(scratch.facts)
         # The batch is queued: the cache moved on as commit moves it (plans found before
         # it are stale).
         cache.clock += 2 * n
@@ -181,7 +189,7 @@ def fused_sls(cache: SlabHashCache, store: HostStore, indices, offsets=None, *, 
         _raise_refusals(cache, wait=False)
         bags = read_bags(indices, offsets, lengths, include_last_offset, "sum", None,
                          rows=store.rows, dtype=cache.dtype, device=cache.device,
-                         bounds_checked_by_reader=True)  # bag_bounds in slab_fused.h
+                         reader_checks=True)
         out = fused_pool(cache, store, bags)
         if bags.rules.ready is not None:  # deferred: the device checks the values
             _scratch(cache).pending.append(bags)

@@ -71,7 +71,7 @@ class Bags:
 
 def read_bags(indices, offsets=None, lengths=None, include_last_offset=False, mode="sum",
               per_sample_weights=None, *, rows: int | None = None, dtype=torch.float32,
-              device="cpu", defer: bool | None = None, bounds_checked_by_reader: bool = False) -> Bags:
+              device="cpu", defer: bool | None = None, reader_checks: bool = False) -> Bags:
     """Check the arguments of one batch as ``embedding_bag`` checks them and put them on
     ``device``. ``rows``: the table's row count, when known (indices must lie below it);
     ``dtype``: the rows' dtype (``per_sample_weights`` must have it).
@@ -88,9 +88,14 @@ def read_bags(indices, offsets=None, lengths=None, include_last_offset=False, mo
     default there) copies what the rules read to the host asynchronously, and
     ``Bags.check()`` raises once the stream has passed the copy; meanwhile ``offsets`` are
     made monotone within the lookups, so a reduce queued before the check cannot read out
-    of bounds (unless ``bounds_checked_by_reader``: the fused kernel clamps each bag into
-    the batch itself, and a prefix maximum costs ~0.18 ms per 65,536 bags on an H100). ``include_last_offset`` with offsets on a GPU is checked at once instead, at
+    of bounds. ``include_last_offset`` with offsets on a GPU is checked at once instead, at
     the cost of synchronisations: the last offset decides which indices are looked up.
+
+    ``reader_checks``: the batch's reader is the fused kernel, which clamps each bag into
+    the batch itself and gathers the facts of the indices and the offsets as it serves
+    the batch (csrc/common/slab_fused.h, kLowestBadKey...), so a deferred check launches
+    nothing of its own for them (on an H100, ~8 small launches and a prefix maximum over
+    the offsets: 0.18 ms at 65,536 bags); the reader then calls ``rules.start(facts)``.
     """
     indices, offsets, lengths, weights, shape = _checked_arguments(
         indices, offsets, lengths, include_last_offset, mode, per_sample_weights, dtype)
@@ -102,7 +107,8 @@ def read_bags(indices, offsets=None, lengths=None, include_last_offset=False, mo
     n = flat.numel()
     defer = where.type == "cuda" if defer is None else defer
     rules = _ValueRules(n, rows)
-    rules.add(_bound_facts(offsets, lengths))
+    from_reader = reader_checks and defer and not include_last_offset
+    rules.add(_bound_facts(None if from_reader else offsets, lengths))
     if include_last_offset:  # the last offset decides which indices are read: check now
         used, defer = rules.check()["last"], False
     else:
@@ -111,14 +117,17 @@ def read_bags(indices, offsets=None, lengths=None, include_last_offset=False, mo
         flat, shape = flat[:used], (used,)
     if weights is not None:
         weights = weights.flatten()[:used].view(shape)
-    rules.add(_index_facts(flat))
-    if defer:
-        rules.start()
+    if from_reader:
+        rules.reader = "offsets" if offsets is not None else "indices"
     else:
-        rules.check()
+        rules.add(_index_facts(flat))
+        if defer:
+            rules.start()
+        else:
+            rules.check()
     if lengths is not None:  # from here on the starts of the bags
         offsets = torch.cumsum(lengths, 0) - lengths
-    if defer and offsets is not None and not bounds_checked_by_reader:  # read before the check
+    if defer and offsets is not None and not from_reader:  # read before the check
         offsets = offsets.clamp(0, n).cummax(0).values
     device = torch.device(device)
     moved = [None if t is None else t.to(device, non_blocking=True) for t in (flat, offsets, weights)]
@@ -225,20 +234,30 @@ class _ValueRules:
     """The rules of ``read_bags`` on values, applied to facts (0-d tensors on the data's
     device): ``check`` reads them (one synchronisation on a GPU) and raises; or ``start``
     copies them to pinned host memory behind an event, and ``check`` raises once the
-    stream has passed it (after find's read-back it has: no wait)."""
+    stream has passed it (after find's read-back it has: no wait). With ``reader`` set
+    ("offsets" or "indices": which of them the reader saw as given), ``start(facts)`` also
+    takes the reader's facts (``READER_FACTS``, in that order)."""
+
+    READER_FACTS = ("lowest_bad", "highest_bad", "falls", "first", "last")
 
     def __init__(self, n: int, rows: int | None):
         self.n, self.rows = n, rows
         self.facts: dict[str, torch.Tensor] = {}
         self.host = self.ready = None
+        self.reader: str | None = None
 
     def add(self, facts: dict[str, torch.Tensor]) -> None:
         self.facts.update(facts)
 
-    def start(self) -> None:
-        if not self.facts:
+    def start(self, reader_facts: torch.Tensor | None = None) -> None:
+        if reader_facts is None and self.reader is not None:
+            raise ValueError("read_bags(reader_checks=True): the reader's facts are missing")
+        parts = [v.reshape(1) for v in self.facts.values()]
+        if reader_facts is not None:
+            parts.append(reader_facts)
+        if not parts:
             return
-        values = torch.stack(list(self.facts.values()))
+        values = parts[0] if len(parts) == 1 else torch.cat(parts)
         on_gpu = values.device.type == "cuda"
         self.host = torch.empty(values.shape, dtype=values.dtype, pin_memory=on_gpu)
         self.host.copy_(values, non_blocking=True)
@@ -254,9 +273,23 @@ class _ValueRules:
         host = self.host
         if host is None:
             host = torch.stack(list(self.facts.values())) if self.facts else torch.empty(0)
-        values = dict(zip(self.facts, host.tolist()))
+        listed = host.tolist()
+        values = dict(zip(self.facts, listed))
+        if self.reader is not None and len(listed) > len(self.facts):  # the reader ran
+            values.update(self._reader_values(listed[len(self.facts):]))
         self._refuse(values)
-        self.facts, self.host, self.ready = {}, None, None
+        self.facts, self.host, self.ready, self.reader = {}, None, None, None
+        return values
+
+    def _reader_values(self, got: list[int]) -> dict[str, int]:
+        """The reader's facts as the rules name them (the reader records bad keys only, and
+        0 where it saw none, which passes every rule)."""
+        seen = dict(zip(self.READER_FACTS, got))
+        values = {"lowest": seen["lowest_bad"]}
+        if self.n and (seen["highest_bad"] or self.rows == 0):
+            values["highest"] = seen["highest_bad"]
+        if self.reader == "offsets":
+            values.update(first=seen["first"], last=seen["last"], falls=seen["falls"])
         return values
 
     def _refuse(self, facts: dict[str, int]) -> None:
