@@ -12,7 +12,9 @@ Run time about 40 s on 2 shared cores; the hypothesis test takes 100 examples.
 """
 from __future__ import annotations
 
+import functools
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -391,17 +393,18 @@ def _cuda_batch(rows: int, n: int, bag: int, seed: int, low: int = 0):
     return indices, torch.arange(0, n, bag, device="cuda")
 
 
-def _never_waits(cache, store, table, indices, offsets):
-    """Run one fused batch behind a long device sleep: the host must get the call back
-    while the sleep still runs (no synchronisation of any kind), and torch must see no
-    synchronising call; then the sums must be embedding_bag's."""
+def _never_waits(cache, store, table, indices, offsets, serve=None):
+    """Run one fused batch (``serve(indices, offsets)``, default ``fused.fused_sls``)
+    behind a long device sleep: the host must get the call back while the sleep still runs
+    (no synchronisation of any kind), and torch must see no synchronising call; then the
+    sums must be embedding_bag's."""
     torch.cuda.synchronize()
     torch.cuda._sleep(1 << 30)  # about half a second of GPU time queued before the batch
     asleep = torch.cuda.Event()
     asleep.record()
     torch.cuda.set_sync_debug_mode("error")
     try:
-        out = fused.fused_sls(cache, store, indices, offsets)
+        out = (serve or functools.partial(fused.fused_sls, cache, store))(indices, offsets)
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert not asleep.query(), "the fused batch waited for the device"
@@ -425,6 +428,29 @@ def test_a_fused_cuda_batch_never_synchronises_hits_or_misses(dtype):
     cold = _cuda_batch(8192, 20_000, 20, seed=1, low=4096)  # none of these is cached
     _never_waits(cache, store, table, *cold)
     assert cache.misses > misses_before
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_lcr_sls_with_an_async_batch_predictor_never_synchronises():
+    """The predictor's answers go in (pinned copies) and the batch's lookups go to its
+    thread (a pinned copy behind an event) without the host waiting for the device."""
+    from lcr.embedding.predictions import BatchPredictor, TracePredictor
+    table = torch.randn(8192, 128)
+    store = lcr.HostStore(table)
+    cache = SlabHashCache(128, 128, policy="laru", device="cuda")
+    indices, offsets = _cuda_batch(8192, 20_000, 20, seed=0)
+    oracle = TracePredictor(np.arange(200_000, dtype=np.float64), 8192)
+    with BatchPredictor(oracle) as predictor:
+        for step in range(3):  # warm up; answers come back and go in
+            lcr.sls(cache, store, indices, offsets, predictor=predictor, now=20_000 * step)
+            torch.cuda.synchronize()
+            time.sleep(0.2)
+        assert predictor.seen >= 40_000 and predictor.failures == 0
+        _never_waits(cache, store, table, indices, offsets,
+                     serve=lambda i, o: lcr.sls(cache, store, i, o, predictor=predictor, now=60_000))
+        time.sleep(1.0)
+        assert predictor.seen >= 60_000 and predictor.failures == 0
 
 
 @pytest.mark.gpu

@@ -8,7 +8,8 @@ replays ``warmup`` untimed batches, then ``batches`` timed ones, back to back: o
 one synchronisation before and one after them, none per batch or per stage (``profile``
 runs the same batches again with a synchronisation after each stage, for the breakdown).
 
-Predictions come from ``BatchPredictor``, a CPU thread beside the serving loop: it takes
+Predictions come from a ``BatchPredictor`` (``lcr.embedding.predictions``) handed to
+``lcr.sls``, a CPU thread beside the serving loop: it takes
 each batch's lookups, observes them and predicts the batch's distinct keys while the
 next batch is served. Its work runs during the timed batches, so a predictor's cost is on
 the clock. Sync mode writes batch i's answers into the cache before batch i + 2, waiting
@@ -21,8 +22,6 @@ bound: every row resident) is timed as the row ``embedding_bag``.
 """
 from __future__ import annotations
 
-import collections
-import threading
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -33,6 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from lcr.embedding.cache import SlabHashCache
+from lcr.embedding.predictions import BatchPredictor
 from lcr.embedding.slab_policies import parse_slab_policy
 from lcr.embedding.sls import sls
 
@@ -91,107 +91,6 @@ def batches_of(workload: SlsWorkload, batch_size: int, count: int):
         start += per_batch
 
 
-class BatchPredictor:
-    """A predictor on a CPU thread of its own beside the serving loop.
-
-    ``submit(indices, start)`` hands it a batch's lookups (positions ``start``, ...); the
-    thread calls ``model.observe_batch(indices, start)`` and then
-    ``model.predict(distinct_keys, now)``; ``collect()`` hands answers back. Two modes, the
-    paper's two:
-
-    - ``wait=True`` (sync): ``collect()`` returns the answers to the batch submitted before
-      the last one, waiting for them if the thread is behind, so every run makes the same
-      decisions and the thread's lag costs wall time;
-    - ``wait=False`` (async): the serving loop never waits. ``submit`` leaves the batch in a
-      one-batch mailbox, replacing one the thread has not started (its lookups are never
-      observed: ``skipped``), and ``collect()`` returns the newest answers finished since
-      the last call, or None.
-
-    A model's exception is raised by the ``collect()`` that would have returned its answer.
-    One serving loop only (``submit`` and ``collect`` are not safe from several threads)."""
-
-    def __init__(self, model, wait: bool = True):
-        self.model, self.wait = model, wait
-        self._cv = threading.Condition()
-        self._mailbox: collections.deque = collections.deque()  # batches not started
-        self._answers: collections.deque = collections.deque()  # finished, not collected
-        self._pending = 0   # sync: batches submitted, answers not collected
-        self._closed = False
-        self.work_s = self.wait_s = 0.0
-        self.seen = self.skipped = 0  # lookups observed, and dropped unobserved (async)
-        self._thread = threading.Thread(target=self._run, name="lcr-batch-predictor", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while True:
-            with self._cv:
-                while not self._mailbox and not self._closed:
-                    self._cv.wait()
-                if not self._mailbox:
-                    return
-                indices, start = self._mailbox.popleft()
-            began = time.perf_counter()
-            try:
-                self.model.observe_batch(indices, start)
-                keys = np.unique(indices)
-                answer = (keys, np.asarray(self.model.predict(keys, start + len(indices)),
-                                           dtype=np.float64))
-            except Exception as err:  # noqa: BLE001 - handed to the serving loop
-                answer = err
-            with self._cv:
-                self.work_s += time.perf_counter() - began
-                self.seen += len(indices)
-                self._answers.append(answer)
-                self._cv.notify_all()
-
-    def submit(self, indices: np.ndarray, start: int) -> None:
-        with self._cv:
-            while not self.wait and self._mailbox:  # the thread is behind: newest first
-                self.skipped += len(self._mailbox.popleft()[0])
-            self._mailbox.append((indices, start))
-            self._pending += 1
-            self._cv.notify_all()
-
-    def collect(self):
-        """(keys, predictions) or None (sync: of the batch before the last one submitted;
-        async: of the newest batch finished since the last call)."""
-        with self._cv:
-            if self.wait:
-                if self._pending < 2:
-                    return None
-                began = time.perf_counter()
-                while not self._answers:
-                    self._cv.wait()
-                self.wait_s += time.perf_counter() - began
-                self._pending -= 1
-                answers = [self._answers.popleft()]
-            else:
-                answers = list(self._answers)
-                self._answers.clear()
-        for answer in answers:
-            if isinstance(answer, Exception):
-                raise answer
-        return answers[-1] if answers else None
-
-    @property
-    def seen_share(self) -> float:
-        """The share of the lookups handed over that the model observed."""
-        total = self.seen + self.skipped
-        return self.seen / total if total else 1.0
-
-    def reset_counts(self) -> None:
-        with self._cv:
-            self.work_s = self.wait_s = 0.0
-            self.seen = self.skipped = 0
-
-    def close(self) -> None:
-        with self._cv:
-            self._closed = True
-            self._mailbox.clear()
-            self._cv.notify_all()
-        self._thread.join()
-
-
 @contextmanager
 def _clock(device: str):
     """Wall time of the block, with the device drained before and after it."""
@@ -216,19 +115,15 @@ def run_one(workload: SlsWorkload, store, policy: str, cache_ratio: float, batch
     cache = SlabHashCache.for_capacity(cache_ratio * workload.cache_rows, dim, dtype=dtype,
                                        policy=choice, device=device)
     predictive = make_model is not None and choice.policy.predictive
-    predictor = BatchPredictor(make_model(), wait=prediction_mode == "sync") if predictive else None
+    predictor = BatchPredictor(make_model(), wait=prediction_mode == "sync", raise_errors=True) \
+        if predictive else None
     work = [(start, indices.to(device), lengths.to(device))
             for start, indices, lengths in batches_of(workload, batch_size, warmup + batches)]
     timings: dict[str, float] | None = {} if profile else None
 
     def serve(start, indices, lengths, timed: bool) -> None:
-        if predictor is not None:
-            answer = predictor.collect()
-            if answer is not None:
-                cache.set_predictions(*answer)
-        sls(cache, store, indices, lengths=lengths, timings=timings if timed else None)
-        if predictor is not None:
-            predictor.submit(workload.lookups[start:start + indices.numel()], start)
+        sls(cache, store, indices, lengths=lengths, predictor=predictor, now=start,
+            timings=timings if timed else None)
 
     try:
         for item in work[:warmup]:

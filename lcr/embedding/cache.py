@@ -554,17 +554,32 @@ class SlabHashCache:
 
     def set_predictions(self, keys, values) -> None:
         """Predicted next-access times for cached keys (others are ignored; NaN: unknown).
-        A key given more than once keeps its last value."""
+        A key given more than once keeps its last value. Keys given on the host are
+        deduplicated there and copied over without a synchronisation; keys on a GPU are
+        deduplicated there, which synchronises once (``torch.unique``)."""
         with self.ordered():
-            keys = self._keys_tensor(keys)
-            values = torch.as_tensor(values, dtype=torch.float64).to(self.device).flatten()
-            if values.shape != keys.shape:
+            keys = row_ids(keys, "keys")
+            values = torch.as_tensor(values, dtype=torch.float64).flatten()
+            if values.numel() != keys.numel():
                 raise ValueError(f"{keys.numel()} keys but {values.numel()} predictions")
             # Kernels run one warp per key in no set order: give each key one value.
-            distinct, inverse = torch.unique(keys, return_inverse=True)
-            last = torch.zeros_like(distinct).scatter_reduce_(
-                0, inverse, torch.arange(keys.numel(), device=self.device), reduce="amax")
-            self.engine.set_predictions(self._view, distinct, values[last].contiguous())
+            if keys.device.type == "cpu":
+                if keys.numel() and int(keys.min()) < 0:
+                    raise ValueError("keys must be non-negative row ids")
+                # np.unique over the reversed keys finds each key's last position.
+                distinct, from_end = np.unique(keys.numpy()[::-1], return_index=True)
+                values = values.cpu()[torch.from_numpy(keys.numel() - 1 - from_end)]
+                distinct = torch.from_numpy(distinct)
+                if self.device.type == "cuda":  # pinned, so that the copies queue without waiting
+                    distinct, values = distinct.pin_memory(), values.pin_memory()
+            else:
+                distinct, inverse = torch.unique(keys, return_inverse=True)
+                last = torch.zeros_like(distinct).scatter_reduce_(
+                    0, inverse, torch.arange(keys.numel(), device=keys.device), reduce="amax")
+                values = values.to(keys.device)[last]
+            distinct = distinct.to(self.device, non_blocking=True).contiguous()
+            values = values.to(self.device, non_blocking=True).contiguous()
+            self.engine.set_predictions(self._view, distinct, values)
 
     # -- inspection -----------------------------------------------------------------------
     @property

@@ -341,6 +341,10 @@ def sls(cache: SlabHashCache, store, indices, offsets=None, *, lengths=None,
     ``predictor``: any object with ``predict(keys, now)`` returning predicted next-access
     times (NaN: unknown); called once per batch with the batch's distinct keys (read
     from the host when ``indices`` are given there, else copied back: one more sync).
+    Or a ``BatchPredictor`` (``lcr.embedding.predictions``), which keeps the model off
+    the serving path: its answers so far go in before the batch and the batch's lookups
+    (at positions ``now``, ``now + 1``, ...) are handed to its thread after it, with no
+    synchronisation and, in its async mode, no wait.
     The whole batch holds the cache (``cache.ordered()``): concurrent calls on one cache
     are serialised. On a GPU a batch whose lookups all hit synchronises with the host
     once (``find`` reads back its miss count, and the checks of values ride on it); the
@@ -348,9 +352,13 @@ def sls(cache: SlabHashCache, store, indices, offsets=None, *, lengths=None,
     """
     device = cache.device
     from lcr.embedding import fused  # fused imports this module's read_bags
+    from lcr.embedding.predictions import BatchPredictor
 
+    threaded = isinstance(predictor, BatchPredictor)
     if fused.applies(cache, store, mode, per_sample_weights):
         with cache.ordered():
+            if threaded:
+                predictor.apply(cache)
             with _stage(timings, "fused", device):
                 out = fused.fused_sls(cache, store, indices, offsets, lengths=lengths,
                                       include_last_offset=include_last_offset)
@@ -358,6 +366,8 @@ def sls(cache: SlabHashCache, store, indices, offsets=None, *, lengths=None,
                 _predict(cache, predictor, torch.as_tensor(indices), now)
         return out
     with cache.ordered():
+        if threaded:
+            predictor.apply(cache)
         with _stage(timings, "query", device):
             bags = read_bags(indices, offsets, lengths, include_last_offset, mode,
                              per_sample_weights, rows=_store_rows(store), dtype=cache.dtype,
@@ -389,7 +399,12 @@ def sls(cache: SlabHashCache, store, indices, offsets=None, *, lengths=None,
 
 def _predict(cache: SlabHashCache, predictor, lookups: torch.Tensor, now: int) -> None:
     """Fresh predictions for the batch's distinct keys (a copy to the host, and so a
-    synchronisation, when the lookups live on a GPU)."""
+    synchronisation, when the lookups live on a GPU), or the lookups handed to a
+    ``BatchPredictor``'s thread."""
+    from lcr.embedding.predictions import BatchPredictor
+    if isinstance(predictor, BatchPredictor):
+        predictor.submit(lookups, now)
+        return
     keys = np.unique(lookups.cpu().numpy())
     cache.set_predictions(keys, torch.as_tensor(predictor.predict(keys, now), dtype=torch.float64))
 
