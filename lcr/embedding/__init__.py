@@ -5,7 +5,8 @@
 - cache.py      SlabHashCache: one class over the C++ CPU engine and the CUDA kernels
 - stores.py     HostStore (pinned host tensor) and RedisStore
 - sls.py        SparseLengthsSum through the cache
-- predictions.py  trace-aligned oracle/noisy predictions fed after each batch
+- predictions.py  trace-aligned oracle/noisy predictions, the online model fed per batch,
+                  and BatchPredictor (a model on its own thread beside lcr.sls)
 - bench.py      `lcr bench sls`
 
 Only hashing and the reference are imported eagerly; the rest needs torch.

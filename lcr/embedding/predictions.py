@@ -80,9 +80,10 @@ class BatchPredictor:
     A model that raises costs the serving loop nothing but a warning, one per outage
     (``failures`` counts the batches); the cache keeps its last predictions meanwhile,
     and keys never predicted rank as LRU ranks them. ``raise_errors=True`` (benchmarks)
-    raises the model's exception from ``collect()`` instead. One serving loop only:
-    ``submit``, ``collect`` and ``apply`` are not safe from several threads. ``close()``
-    (or ``with``) stops the thread."""
+    raises the model's exception from ``collect()`` instead. Thread-safe: each call is
+    atomic under one lock (``apply`` then writes under the cache's own), but "the batch
+    before the last one" of sync mode means one serving loop's batches. ``close()`` (or
+    ``with``) stops the thread."""
 
     def __init__(self, model, wait: bool = False, raise_errors: bool = False):
         self.model, self.wait, self.raise_errors = model, wait, raise_errors
@@ -157,21 +158,22 @@ class BatchPredictor:
             else:
                 answers = list(self._answers)
                 self._answers.clear()
-        newest = None
-        for answer in answers:
-            if not isinstance(answer, Exception):
-                if self._failing:
-                    log.warning("the batch predictor answers again after %d failed batch(es)", self.failures)
-                self._failing, newest = False, answer
-                continue
-            if self.raise_errors:
-                raise answer
-            self.failures += 1
-            if not self._failing:
-                log.warning("the batch predictor's model failed (%s: %s); the cache keeps its last "
-                            "predictions until it answers again", type(answer).__name__, answer)
-            self._failing = True
-        return newest
+            newest = None
+            for answer in answers:
+                if not isinstance(answer, Exception):
+                    if self._failing:
+                        log.warning("the batch predictor answers again after %d failed batch(es)",
+                                    self.failures)
+                    self._failing, newest = False, answer
+                    continue
+                if self.raise_errors:
+                    raise answer
+                self.failures += 1
+                if not self._failing:
+                    log.warning("the batch predictor's model failed (%s: %s); the cache keeps its last "
+                                "predictions until it answers again", type(answer).__name__, answer)
+                self._failing = True
+            return newest
 
     def apply(self, cache) -> None:
         """Write the answers ``collect()`` returns, if any, into ``cache``."""
