@@ -62,3 +62,14 @@ def test_bench_sls_runs_predictive_policies_once_per_predictor_into_one_file(tmp
     assert [line.split(" | ")[1] for line in table[2:]] == ["embedding_bag", "lru", "laru/oracle", "laru/noisy:1"]
     assert main(["bench", "sls", "--predictor", "oracle,psychic"]) == 2
     assert "--predictor: 'psychic'" in capsys.readouterr().err
+
+
+def test_the_benchmarks_online_model_fits_at_most_once_per_batch():
+    """Its answers are taken at the end of a batch: a fit every retrain_every lookups
+    inside a larger batch is work the cache never sees."""
+    from lcr.embedding.bench_cli import model_factory
+
+    make = model_factory("lightgbm", np.arange(10), 10, 0.0, 0)
+    small, large = make(128 * 50).model.config.retrain_every, make(2048 * 50).model.config.retrain_every
+    assert small == 6400 and large == 102_400
+    assert make(100).model.config.retrain_every == 5_000  # small batches keep the model's own schedule

@@ -108,14 +108,16 @@ def run_one(workload: SlsWorkload, store, policy: str, cache_ratio: float, batch
             dim: int, dtype, device: str, make_model: Callable | None, warmup: int,
             batches: int, profile: bool = False, predictor_name: str = "",
             prediction_mode: str = "sync") -> SlsBenchResult:
-    """One cell: ``make_model()`` builds the predictor's model (None: no predictions), run
-    only for a slab policy that reads predictions, on a ``BatchPredictor`` in
-    ``prediction_mode`` (sync or async); ``predictor_name`` labels its result."""
+    """One cell: ``make_model(lookups per batch)`` builds the predictor's model (None: no
+    predictions), run only for a slab policy that reads predictions, on a
+    ``BatchPredictor`` in ``prediction_mode`` (sync or async); ``predictor_name`` labels
+    its result."""
     choice = parse_slab_policy(policy)
     cache = SlabHashCache.for_capacity(cache_ratio * workload.cache_rows, dim, dtype=dtype,
                                        policy=choice, device=device)
     predictive = make_model is not None and choice.policy.predictive
-    predictor = BatchPredictor(make_model(), wait=prediction_mode == "sync", raise_errors=True) \
+    predictor = BatchPredictor(make_model(batch_size * workload.pooling), wait=prediction_mode == "sync",
+                               raise_errors=True) \
         if predictive else None
     work = [(start, indices.to(device), lengths.to(device))
             for start, indices, lengths in batches_of(workload, batch_size, warmup + batches)]
