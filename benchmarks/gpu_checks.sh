@@ -30,7 +30,9 @@ python=${PYTHON:-python3}
 started=$(date +%s)
 stage() { echo "[$(( $(date +%s) - started )) s] $*"; }
 
-{ nvidia-smi -L; nvidia-smi --query-gpu=driver_version --format=csv,noheader; nvcc --version | tail -1; } \
+{ echo "# bash benchmarks/gpu_checks.sh, $(date -u +%F), code $(git rev-parse --short HEAD 2>/dev/null || echo unknown)" \
+       "($(git status --porcelain 2>/dev/null | wc -l) paths changed since)"
+  nvidia-smi -L; nvidia-smi --query-gpu=driver_version --format=csv,noheader; nvcc --version | tail -1; } \
     > "$logs/device.txt" 2>&1
 if ! "$python" setup.py -q build_ext --inplace > "$logs/build.log" 2>&1; then
     tail -30 "$logs/build.log"
