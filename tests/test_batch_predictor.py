@@ -32,6 +32,15 @@ def test_the_batch_predictor_answers_one_batch_behind():
         predictor.close()
 
 
+def _eventually(condition, timeout: float = 10.0) -> None:
+    """Wait until the predictor's thread has done what ``condition`` asks (a loaded CI
+    machine may take longer than any fixed sleep)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "the predictor thread did not get there"
+        time.sleep(0.01)
+
+
 class _SlowModel:
     """Observing takes ``delay`` seconds; answers every key with the batch's start."""
 
@@ -51,20 +60,21 @@ class _SlowModel:
 
 
 def test_the_async_batch_predictor_never_waits_and_skips_what_it_has_no_time_for():
-    """Async mode: a model ten times slower than the loop costs the loop nothing; batches
+    """Async mode: a model far slower than the loop costs the loop nothing; batches
     queued behind the one in progress are replaced by newer ones, never observed; collect
     hands over the newest answer only."""
-    model = _SlowModel(0.3)
+    model = _SlowModel(1.0)
     predictor = BatchPredictor(model, wait=False)
     try:
-        began = time.perf_counter()
-        answers = []
+        in_calls, answers = 0.0, []
         for start in range(0, 50, 10):
+            began = time.perf_counter()
             answers.append(predictor.collect())
             predictor.submit(np.arange(start, start + 10), start)
-            model.started.wait(1)  # batch 0 in progress
-        assert time.perf_counter() - began < 0.2 and answers == [None] * 5
-        time.sleep(0.9)  # batch 0, then the newest (40): 10..30 were replaced unobserved
+            in_calls += time.perf_counter() - began
+            model.started.wait(5)  # batch 0 in progress
+        assert in_calls < 0.2 and answers == [None] * 5
+        _eventually(lambda: predictor.seen == 20)  # 0, then the newest (40): 10..30 replaced
         keys, values = predictor.collect()
         assert model.observed == [0, 40] and keys.tolist() == list(range(40, 50))
         assert values.tolist() == [40.0] * 10 and predictor.collect() is None
@@ -85,7 +95,7 @@ def test_a_failing_model_costs_the_serving_loop_a_warning_per_outage(caplog):
             if start == 20:  # a second failing batch in the same outage
                 model.fail_at = 20
             predictor.submit(np.arange(start, start + 10), start)
-            time.sleep(0.1)
+            _eventually(lambda: predictor.seen == start + 10)
             answers.append(predictor.collect())
         assert [a is None for a in answers] == [False, True, True, False]
         assert predictor.failures == 2 and model.observed == [0, 30]
@@ -93,7 +103,7 @@ def test_a_failing_model_costs_the_serving_loop_a_warning_per_outage(caplog):
     assert len(messages) == 2 and "model broke" in messages[0] and "again" in messages[1]
     with BatchPredictor(_SlowModel(0.0, fail_at=0), raise_errors=True) as failing:
         failing.submit(np.arange(3), 0)
-        time.sleep(0.1)
+        _eventually(lambda: failing.seen == 3)
         with pytest.raises(RuntimeError, match="model broke"):
             failing.collect()
 

@@ -445,12 +445,16 @@ def test_lcr_sls_with_an_async_batch_predictor_never_synchronises():
         for step in range(3):  # warm up; answers come back and go in
             lcr.sls(cache, store, indices, offsets, predictor=predictor, now=20_000 * step)
             torch.cuda.synchronize()
-            time.sleep(0.2)
-        assert predictor.seen >= 40_000 and predictor.failures == 0
+            deadline = time.monotonic() + 10
+            while predictor.seen < 20_000 * (step + 1) and time.monotonic() < deadline:
+                time.sleep(0.01)
+        assert predictor.seen == 60_000 and predictor.failures == 0
         _never_waits(cache, store, table, indices, offsets,
                      serve=lambda i, o: lcr.sls(cache, store, i, o, predictor=predictor, now=60_000))
-        time.sleep(1.0)
-        assert predictor.seen >= 60_000 and predictor.failures == 0
+        deadline = time.monotonic() + 10
+        while predictor.seen < 80_000 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert predictor.seen == 80_000 and predictor.failures == 0
 
 
 @pytest.mark.gpu
