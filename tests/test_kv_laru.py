@@ -225,6 +225,26 @@ def test_the_twin_is_compared_with_from_the_first_eviction_a_prediction_decides(
     assert not policy.trusted and policy.pick_victim({0, 1, 3, 4, 5}, 8) == 0
 
 
+@pytest.mark.parametrize("hits, twin, paid", [
+    (1101, 1000, True),       # 101 ahead: more than the slack (10) and than the cache (100)
+    (1100, 1000, False),      # 100 ahead: not more than the cache
+    (100_500, 100_000, False)])  # 500 ahead: more than the cache, not than the slack (1,000)
+def test_an_induced_miss_is_paid_from_a_lead_over_the_twin_larger_than_slack_and_cache(hits, twin, paid):
+    policy = filled(6, {2: 9.0}, capacity_tokens=100)
+    policy.on_request([0], [10], 6)
+    policy._forgiven = 0
+    policy.hit_tokens, policy.shadow.hits = hits, twin
+    policy.begin_eviction(None, 6)
+    assert policy.pick_victim(set(range(6)), 6) == 2
+    policy.on_evicted(2)
+    policy.predictor.values = {4: 9.0}
+    policy.begin_eviction(2, 7)  # nothing requested since 2 went: induced
+    extra = policy.stats.extra
+    assert extra["prediction_induced_misses"] == 1 and extra["induced_misses_paid"] == int(paid)
+    assert policy.lam == (1.0 if paid else 0.5)
+    assert policy.pick_victim({0, 1, 3, 4, 5}, 7) == (4 if paid else 0)  # else the round is LRU
+
+
 def test_a_phase_follows_predictions_only_within_slack_of_lru_and_turns_lru_when_behind():
     assert policy_at(99, 100).pick_victim(set(range(6)), 6) == 2  # 1% behind: trusted, lambda 1
     assert policy_at(98, 100).pick_victim(set(range(6)), 6) == 0  # 2% behind: an LRU phase

@@ -292,6 +292,7 @@ class PolicyDriver(CacheView):
                 "prediction_evictions": stats["prediction_evictions"],
                 "predictor_fallbacks": stats.get("predictor_fallbacks", 0),
                 "prediction_induced_misses": stats.get("prediction_induced_misses", 0),
+                "induced_misses_paid": stats.get("induced_misses_paid", 0),
                 **{k: v for k, v in stats.items() if k.startswith("lpc_")}}  # lcr.lpc.serving's
 
     def metrics(self) -> dict:

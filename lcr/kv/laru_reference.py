@@ -34,8 +34,10 @@ The rules, as this class applies them:
 5. Induced misses. When room is needed for a request whose first missing block heads a
    recorded node, evicted at t, and some cached node has not been requested since t (a
    split's lower part counts as requested by the request that split it), the miss was
-   induced by the prediction: the record ends, lambda /= b, and the rest of this
-   eviction round evicts the oldest leaf.
+   induced by the prediction: the record ends, and, unless this cache's hit tokens so
+   counted (rule 4) exceed (1 + slack) of the twin's and exceed them by more than the
+   capacity in tokens (the lead pays), lambda /= b and the rest of this eviction round
+   evicts the oldest leaf.
 6. Credit (``credit=1``). A request with more hit tokens here than in the LRU twin
    multiplies lambda by b, up to 1.
 7. Races. At every pick, in trusted and LRU phases alike, the leaf the predictions
@@ -81,8 +83,8 @@ class ReferenceRadixLARU(LeafPolicy):
         self.lam, self.l = 1.0, 1
         self.races: dict[int, tuple[int, int]] = {}  # rule 7: open races, oldest first
         self.next_race = 0
-        self.stats.extra.update(phases=0, prediction_induced_misses=0, credited_requests=0,
-                                races_won=0, races_lost=0)
+        self.stats.extra.update(phases=0, prediction_induced_misses=0, induced_misses_paid=0,
+                                credited_requests=0, races_won=0, races_lost=0)
 
     # What the engine reports ----------------------------------------------------------
     def on_request(self, paths, tokens, now):
@@ -138,13 +140,15 @@ class ReferenceRadixLARU(LeafPolicy):
             return True
         return self.hits + self.forgiven >= (1.0 - self.slack) * self.twin_hits
 
+    def gaining(self) -> bool:
+        return self.forgiven is not None and self.hits + self.forgiven > (1.0 + self.slack) * self.twin_hits
+
     def begin_eviction(self, missing, now):
         if not self.started or self.phase_tokens >= self.view.capacity_tokens:  # rule 3
             self.started = True
             self.phase_nodes, self.phase_tokens = set(), 0
-            gaining = self.forgiven is not None and self.hits + self.forgiven > (1.0 + self.slack) * self.twin_hits
             won, lost = self.stats.extra["races_won"], self.stats.extra["races_lost"]
-            self.trusted = self.ahead_of_lru() and (gaining or lost <= 8 * (won + 1))  # rules 4, 7
+            self.trusted = self.ahead_of_lru() and (self.gaining() or lost <= 8 * (won + 1))  # rules 4, 7
             self.lru_until_phase_ends = not self.trusted
             self.lam = 1.0
             self.stats.extra["phases"] += 1
@@ -154,9 +158,12 @@ class ReferenceRadixLARU(LeafPolicy):
         evicted_at = self.record.get(missing)                                   # rule 5
         if evicted_at is not None and any(t < evicted_at for t in self.requested.values()):
             del self.record[missing]
-            self.lam /= self.b
-            self.lru_until_round_ends = True
             self.stats.extra["prediction_induced_misses"] += 1
+            if self.gaining() and self.hits + self.forgiven - self.twin_hits > self.view.capacity_tokens:
+                self.stats.extra["induced_misses_paid"] += 1
+            else:
+                self.lam /= self.b
+                self.lru_until_round_ends = True
         k = len(list(self.view.cached_keys()))                                  # rule 2
         self.l = max(math.floor(self.lam * k), 1)
 
