@@ -457,6 +457,7 @@ def measure(server, prompts, cell: Cell, lru_rate: float | None, seed: int, faul
     ok = [t for t in ttfts if not math.isnan(t)]
     return {**run, "requests": len(ttfts), "failed": failed, "req_per_s": len(ttfts) / run["wall_s"],
             "cached_ratio": delta.get("cached_tokens", 0) / max(delta.get("prompt_tokens", 0), 1),
+            "prompt_tokens": delta.get("prompt_tokens", 0),
             **{f"ttft_p{q}_ms": 1e3 * percentile(ok, q / 100) for q in (50, 95, 99)},
             "lcr": lcr_counters(delta)}
 
@@ -641,7 +642,7 @@ def summary(runs: dict) -> str:
                 continue
             cached = statistics.median(r["cached_ratio"] for r in rows[(*cell, policy)])
             ratios = p99_ratios(rows, (*cell, policy))
-            parts.append(f"{cached:.3f}" + (f" / **{statistics.median(ratios):.2f}**" if policy != "lru" else ""))
+            parts.append(f"{cached:.3f}" + (f" / **{statistics.median(ratios):.2f}**" if policy != "lru" and ratios else ""))
         lines.append(f"| {cell[0]} {cell[1]} {float(cell[2]):.1%} {cell[3]} | " + " | ".join(parts) + " |")
     return "\n".join(lines)
 

@@ -193,6 +193,7 @@ def test_exact_laru_is_leaf_opt_and_inverted_stays_within_2_percent_of_lru_on_a_
     inverted = RadixLARU(PathOracle(w, 1.0))
     assert replay_lcr(w, capacity, inverted) >= 0.98 * lru
     assert inverted.shadow.hits == lru  # the twin is LRU exactly: LRU's own replay's hits
+    assert inverted.stats.extra["lru_twin_hit_tokens"] == lru  # and says so (SGLang's metrics)
     assert replay_lcr(w, capacity, RadixLARU(PathOracle(w))) == \
         replay_lcr(w, capacity, make_radix_policy("opt", w))
 
@@ -381,7 +382,7 @@ class FixedTwin:
 def test_a_request_that_hits_more_than_the_twin_widens_the_window_by_b_up_to_one():
     policy = filled(64, {}, b=2.0)
     twin = FixedTwin()
-    policy.shadow = type("Shadow", (), {"request": lambda self, p, t, n, complete=True: twin.hit, "hits": 0})()
+    policy.shadow = type("Shadow", (), {"request": lambda self, p, t, n, complete=True, room=None: twin.hit, "hits": 0})()
     for i, key in enumerate([1, 2]):
         induce(policy, key, 100 + 2 * i)
     assert policy.lam == 0.25
@@ -395,7 +396,7 @@ def test_a_request_that_hits_more_than_the_twin_widens_the_window_by_b_up_to_one
         policy.on_access([3], now, [10])
     assert policy.lam == 1.0 and policy.stats.extra["credited_requests"] == 3
     policy = filled(64, {}, b=2.0, credit=0)
-    policy.shadow = type("Shadow", (), {"request": lambda self, p, t, n, complete=True: 0, "hits": 0})()
+    policy.shadow = type("Shadow", (), {"request": lambda self, p, t, n, complete=True, room=None: 0, "hits": 0})()
     induce(policy, 1, 100)
     policy.on_request([3], [10], 200)
     policy.on_access([3], 200, [10])

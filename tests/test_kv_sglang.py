@@ -201,3 +201,32 @@ def test_engines_agree_with_a_learned_style_predictor(name):
         runs.append((replay(w, capacity, make_radix_policy(name, w, predictor=predictor)),
                      dict(predictor.features.depth)))
     assert runs[0] == runs[1]  # same hits, and the same node depths fed to the features
+
+
+def test_laru_s_twin_gets_the_room_sglang_s_pool_leaves_the_tree():
+    # A live server's running requests hold pool slots outside the tree (decode tokens,
+    # prefills not inserted yet): the LRU twin LARU is judged against may fill only the
+    # tree's share (with the whole pool it hit 0.025 of the prompt tokens at concurrency 20
+    # and 2.5%, where LRU served 0.020, docs/kv.md).
+    from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
+    from sglang.srt.mem_cache.radix_cache import RadixKey
+
+    from lcr.integrations.sglang_sim import sim_tokens
+    from lcr.kv.requests import BlockWorkload
+
+    w = online_qa()
+    capacity = 4000
+    laru = policy("laru", w, capacity)
+    cache, allocator = build_cache(laru, capacity)
+    assert cache.driver.room_tokens() == capacity
+    replay_sglang(BlockWorkload(w.requests[:1]), capacity, laru, cache=(cache, allocator))
+    assert cache.driver.room_tokens() == capacity  # cached and unlocked: still room
+    held = allocator.alloc(300)  # a running request's decode tokens
+    prompt = sim_tokens(w)[0]
+    lock = cache.lock(cache.match_prefix(MatchPrefixParams(key=RadixKey(prompt))).last_device_node)
+    assert cache.driver.room_tokens() == capacity - 300  # a locked prompt is still the tree's
+    laru.on_request(w.requests[1].paths, w.requests[1].tokens, 5)
+    assert laru.shadow.twin.capacity_tokens == capacity - 300
+    cache.unlock(lock)
+    allocator.free(held)
+    assert cache.driver.room_tokens() == capacity

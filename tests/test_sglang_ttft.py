@@ -233,3 +233,12 @@ def test_the_replay_table_orders_policies_by_cached_tokens():
     row = bench.replay_table(replayed, runs).splitlines()[-1]
     assert "laru 0.300 / 0.310" in row
     assert row.endswith("| laru > tlru = lru | laru > tlru > lru |"), row
+
+
+def test_the_summary_shows_p99_over_lru_only_where_lru_ran_in_the_same_repeat():
+    run = {"cached_ratio": 0.08, "ttft_p99_ms": 900.0}
+    alone = bench.summary({"grid|online_qa|0.025|c20|laru|0": run})  # LRU not run (yet)
+    assert alone.splitlines()[-1] == "| grid online_qa 2.5% c20 | 0.080 |"
+    both = bench.summary({"grid|online_qa|0.025|c20|laru|0": run,
+                          "grid|online_qa|0.025|c20|lru|0": {"cached_ratio": 0.02, "ttft_p99_ms": 1000.0}})
+    assert both.splitlines()[-1] == "| grid online_qa 2.5% c20 | 0.020 | 0.080 / **0.90** |"

@@ -101,6 +101,7 @@ class PolicyDriver(CacheView):
         self._log_every = 100
         self._logged_prediction = False
         self.exporter = None  # a PolicyMetricsExporter when SGLang runs with --enable-metrics
+        self.room = None  # () -> the tree's share of the pool now, set by the radix cache
         self._carried: dict[str, int] = {}  # counts of policies replaced by restart()
 
     def _use(self, policy: LeafPolicy) -> None:
@@ -126,6 +127,9 @@ class PolicyDriver(CacheView):
     def tokens_of(self, keys):
         keys = set(keys)
         return sum(len(n.key) for n in self._cached_nodes() if self.key_of(n) in keys)
+
+    def room_tokens(self) -> int | None:
+        return None if self.room is None else self.room()
 
     def lru_twin(self) -> RadixTree:
         """lcr's tree with LRU: it hits what SGLang's tree with LRU hits (the engines'
@@ -293,6 +297,7 @@ class PolicyDriver(CacheView):
                 "predictor_fallbacks": stats.get("predictor_fallbacks", 0),
                 "prediction_induced_misses": stats.get("prediction_induced_misses", 0),
                 "induced_misses_paid": stats.get("induced_misses_paid", 0),
+                "lru_twin_hit_tokens": stats.get("lru_twin_hit_tokens", 0),
                 **{k: v for k, v in stats.items() if k.startswith("lpc_")}}  # lcr.lpc.serving's
 
     def metrics(self) -> dict:
@@ -370,6 +375,9 @@ class PolicyRadixCache(UnifiedRadixCache):
         self.driver = PolicyDriver(policy or self._new_policy(), capacity_tokens=capacity,
                                    page_size=params.page_size, sim_keys=sim_keys)
         super().__init__(params)
+        # Running requests hold pool space outside the tree (decode tokens, prefills not
+        # inserted yet): the tree's share is what an LRU in its place would have.
+        self.driver.room = lambda: allocator.available_size() + self.evictable_size() + self.protected_size()
         if params.enable_metrics:
             from lcr.integrations.sglang_metrics import PolicyMetricsExporter
 

@@ -12,6 +12,7 @@ DESCRIPTIONS = {
     "predictor_fallbacks": "Evictions that fell back to LRU because the predictor failed",
     "prediction_induced_misses": "Misses on nodes a prediction evicted in the current phase",
     "induced_misses_paid": "Induced misses paid from the lead over the LRU twin (the window kept)",
+    "lru_twin_hit_tokens": "Prompt tokens the LRU twin (radix LARU's yardstick) served from its cache",
     "policy_seconds": "Time spent choosing victims, predictor calls included",
     "eviction_passes": "Eviction passes (calls of the radix cache's evict)",
     "eviction_seconds": "Time of whole eviction passes: victim choice, SGLang's tree and KV frees",

@@ -143,7 +143,7 @@ class RadixLARU(_Predictive):
         self._failed = False                # the predictor failed this round: LRU for its rest
         self._predicted: set[int] = set()   # keys predicted in this round
         self.stats.extra.update(phases=0, prediction_induced_misses=0, induced_misses_paid=0,
-                                credited_requests=0, races_won=0, races_lost=0)
+                                credited_requests=0, races_won=0, races_lost=0, lru_twin_hit_tokens=0)
 
     @property
     def window(self) -> int:
@@ -155,7 +155,9 @@ class RadixLARU(_Predictive):
             self.shadow = ShadowLRU(self.view.lru_twin())
         if self.shadow is not None:
             later = getattr(self.view, "caches_requests_later", False)
-            self._twin_hit = self.shadow.request(paths, tokens, now, complete=not later)
+            self._twin_hit = self.shadow.request(paths, tokens, now, complete=not later,
+                                                 room=self.view.room_tokens())
+            self.stats.extra["lru_twin_hit_tokens"] = self.shadow.hits
 
     def on_request_cached(self, t):
         if self.shadow is not None:

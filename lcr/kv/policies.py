@@ -49,6 +49,12 @@ class CacheView(ABC):
     #: ``on_request_cached``.
     caches_requests_later: bool = False
 
+    def room_tokens(self) -> int | None:
+        """Tokens this cache may hold now: its capacity less the pool space requests in
+        flight hold outside the tree (a live server's decode tokens and prefills not
+        inserted yet); None where the tree has its whole capacity (a replay)."""
+        return None
+
     @abstractmethod
     def lru_twin(self):
         """An empty LRU cache of this capacity that serves ``BlockRequest``s (its

@@ -11,7 +11,10 @@ leave ``requests`` at 0. A live engine caches a prompt only after its prefill, s
 request arriving meanwhile cannot hit it; ``request(..., complete=False)`` matches at
 arrival and inserts at ``complete(t)``, when the engine caches request t, so the twin
 gets no hit that no live cache could have (a chat's next turn often arrives while the
-previous one is still in flight).
+previous one is still in flight). Running requests also hold pool space outside a live
+tree (decode tokens, prefills not inserted yet); the engine's ``room_tokens()`` says what
+is left to the tree, and the twin is resized to it at every request, so that it caches no
+more than an LRU in the live tree's place could.
 Not thread-safe: one engine thread drives it.
 """
 from __future__ import annotations
@@ -29,7 +32,9 @@ MAX_PENDING = 1024
 
 class ServesBlocks(Protocol):
     """An engine as the shadow sees it: a request matched (its hit tokens, its path
-    locked), then its missing blocks inserted."""
+    locked), then its missing blocks inserted; its capacity may change between requests."""
+
+    capacity_tokens: int
 
     def admit(self, request: BlockRequest, now: int): ...
 
@@ -43,9 +48,13 @@ class ShadowLRU:
         self.requests = 0
         self._pending: OrderedDict[int, object] = OrderedDict()  # request time -> admitted
 
-    def request(self, paths, tokens, now: int, complete: bool = True) -> int:
+    def request(self, paths, tokens, now: int, complete: bool = True, room: int | None = None) -> int:
         """One request (block path ids and tokens, root first) at time ``now``; LRU's hit
-        tokens. ``complete=False``: its blocks are inserted at ``complete(now)``."""
+        tokens. ``complete=False``: its blocks are inserted at ``complete(now)``. ``room``:
+        the tokens the engine's tree may hold now (``CacheView.room_tokens``), the twin's
+        capacity from this request on."""
+        if room is not None:
+            self.twin.capacity_tokens = max(1, room)
         admitted = self.twin.admit(BlockRequest(tuple(paths), tuple(tokens)), now)
         if complete or admitted.matched == len(paths):  # nothing to insert: no need to wait
             self.twin.complete(admitted, now)
