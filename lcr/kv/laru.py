@@ -47,7 +47,10 @@ CI compares the two victim by victim):
   single prompt's hit, before the predictor's first fit, held LARU to LRU for a whole
   run at 4x the grid's token scale).
   Under a live server the twin caches a request's blocks when the server does
-  (``on_request_cached``), not at its arrival, so it hits nothing still in flight.
+  (``on_request_cached``), not at its arrival, so it hits nothing still in flight, and it
+  holds only the tree's share of the pool (``CacheView.room_tokens``): running requests'
+  decode tokens are no cache's (with the whole pool it hit 1.25x live LRU's tokens at
+  concurrency 20, docs/kv.md).
 * Races (lcr's extension): the twin judges nothing before LRU's first hits, and on
   Online-QA at 2% those come among the last 1% of the requests, when inverted
   predictions have emptied the cache of everything LRU would hit (0.64 of LRU's hit
