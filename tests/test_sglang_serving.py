@@ -265,6 +265,22 @@ def test_predictor_time_per_pass_is_bounded():
     assert inner.calls == 5
 
 
+@pytest.mark.parametrize("engine", ["lcr", "sglang"])
+def test_every_tree_engine_gives_each_eviction_pass_a_fresh_budget(engine):
+    """The pass budget restarts with every eviction pass, in lcr's tree as in SGLang's: a
+    budget that never restarts answers its first few calls, then LRU for good."""
+    clock = Clock()
+    inner = Slow(clock, 0.03)  # four calls spend a 0.1 s pass budget
+    guard = GuardedPredictor(inner, timeout_s=0.05, backoff_s=10, pass_budget_s=0.1, clock=clock)
+    w = online_qa()
+    capacity = w.distinct_tokens // 20
+    policy = make_radix_policy("laru", w, predictor=guard)
+    (replay_lcr if engine == "lcr" else replay_sglang)(w, capacity, policy)
+    assert policy.stats.extra["phases"] > 2
+    assert inner.calls > 20  # a budget spent for good: 4 calls, then every call refused
+    assert guard.refused < inner.calls
+
+
 def test_a_hung_predictor_costs_one_timeout_not_one_per_victim():
     """Inside SGLang's tree: the predictor hangs (sleeps past the timeout) on every call."""
     import time as _time

@@ -106,8 +106,6 @@ class PolicyDriver(CacheView):
 
     def _use(self, policy: LeafPolicy) -> None:
         self.policy = policy.bind(self)
-        # a guarded predictor's per-pass budget restarts at every pass
-        self._begin_pass = getattr(getattr(policy, "predictor", None), "begin_pass", None)
 
     # Keys ---------------------------------------------------------------------------
     def key_of(self, node) -> int:
@@ -236,10 +234,9 @@ class PolicyDriver(CacheView):
         self.policy.on_split(old, new)
 
     def begin_eviction(self) -> None:
-        """An eviction pass starts: fresh predictor budget, leaves collected on first pick."""
+        """An eviction pass starts (the policy restarts its predictor's budget); leaves are
+        collected on the first pick."""
         self._pass_leaves, self._last_victim = None, None
-        if self._begin_pass is not None:
-            self._begin_pass()
         self.policy.begin_eviction(self.pending_missing, max(self.now, 0))
 
     def end_pass(self, seconds: float) -> None:

@@ -211,6 +211,7 @@ class RadixLARU(_Predictive):
             self.balance.miss(key, now, self.view.capacity_tokens)
 
     def begin_eviction(self, missing, now):
+        super().begin_eviction(missing, now)
         if not self._started or self.phase_tokens >= self.view.capacity_tokens:
             self._start_phase()
         self._lru_round = False

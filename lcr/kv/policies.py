@@ -220,6 +220,13 @@ class _Predictive(LeafPolicy):
         super().on_evicted(key)
         self.table.forget(key)
 
+    def begin_eviction(self, missing, now):
+        # A guarded predictor (lcr.integrations.serving_predictor) bounds its time per
+        # eviction pass: every engine starts the pass here, so none starves the predictor.
+        begin_pass = getattr(self.predictor, "begin_pass", None)
+        if begin_pass is not None:
+            begin_pass()
+
     def predict(self, keys: list[int], now: int) -> bool:
         """Refresh P for ``keys`` in one call; False (counted, logged once) on failure."""
         try:
