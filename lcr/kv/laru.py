@@ -62,9 +62,9 @@ CI compares the two victim by victim):
   starts trusted only while the losses are at most ``RACE_ODDS`` (8) times (wins + 1):
   inverted predictions win at most 1% of the decided races in the 12 cells of
   docs/kv.md, learned and noisy ones 33% or more; early in a live run, though, races
-  are few and mostly lost (half-negated predictions turned LRU within 40 evictions in two
-  of three live repeats while caching 1.8x LRU's tokens in replay), hence the twin's
-  word first.
+  are few and mostly lost (under races alone, half-negated predictions turned LRU within
+  40 evictions in two of three live repeats, docs/history.md), hence the twin's word
+  first.
 * ``confidence=balance`` (``laru-lpc``: LPC's predictions are right on average but wrong
   on many single conversations): no induced misses; ``lcr.kv.reuse.LRUBalance``
   estimates from reuse distances the hit tokens LRU would have had, and the window is
