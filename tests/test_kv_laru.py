@@ -63,19 +63,6 @@ def induce(policy, key, now):
     policy.begin_eviction(key, now + 1)
 
 
-def test_a_batch_pass_checks_every_request_s_missing_block():
-    # An engine making room for several requests at once (SGLang's prefill batch) hands
-    # over each one's first missing block: the one a prediction evicted is induced,
-    # wherever it stands in the batch.
-    for batch in ((5, 7), (7, 5)):
-        policy = filled(10, {5: 100.0})
-        policy.begin_eviction(None, 10)
-        assert policy.pick_victim(set(range(10)), 10) == 5
-        policy.on_evicted(5)
-        policy.begin_eviction(batch, 11)
-        assert policy.stats.extra["prediction_induced_misses"] == 1 and policy.lam == 0.5
-
-
 def test_the_window_is_exactly_the_floor_of_lambda_k_oldest_leaves():
     # 10 leaves, lambda = 1/2 after one induced miss: l = floor(0.5 * 8) = 4 of the 8 left.
     policy = filled(10, {5: 100.0})

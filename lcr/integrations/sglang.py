@@ -88,10 +88,7 @@ class PolicyDriver(CacheView):
         self.sim_keys = sim_keys
         self.tree_core = None
         self.now = -1
-        # Request time -> its first missing block, from its match until its blocks are
-        # inserted: SGLang makes room for a whole prefill batch at once, and LARU checks
-        # the first missing block of every request waiting for room (its rule 5).
-        self.pending_missing: OrderedDict[int, int] = OrderedDict()
+        self.pending_missing: int | None = None
         self._keys: dict[int, int] = {}  # node id -> key (serving mode)
         self._request_time: OrderedDict[str, int] = OrderedDict()  # rid -> time of its first match
         self.inserting_time: int | None = None  # set while a known request inserts
@@ -196,16 +193,14 @@ class PolicyDriver(CacheView):
         node = self.tree_core.node_by_id(result.last_device_node)
         self._report(node, self.now)
         tokens, matched = params.key.token_ids, result.device_prefix_len
+        self.pending_missing = None
         if matched < len(params.key):
             if self.sim_keys:
-                missing = int(tokens[matched])
+                self.pending_missing = int(tokens[matched])
             else:
                 parent_key = self.key_of(node) if node is not self.tree_core.root_node else 0
-                missing = prefix_key(parent_key, tokens[matched:matched + self.page_size])
-            self.pending_missing[self.now] = missing
-            if len(self.pending_missing) > _REMEMBERED_REQUESTS:  # requests never inserted
-                self.pending_missing.popitem(last=False)
-            self.policy.on_miss(missing, self.now)
+                self.pending_missing = prefix_key(parent_key, tokens[matched:matched + self.page_size])
+            self.policy.on_miss(self.pending_missing, self.now)
 
     @contextmanager
     def inserting_for(self, req):
@@ -222,7 +217,6 @@ class PolicyDriver(CacheView):
         if isinstance(node, int):
             node = self.tree_core.node_by_id(node)
         now = self.inserting_time if self.inserting_time is not None else max(self.now, 0)
-        self.pending_missing.pop(now, None)  # its blocks are in: no longer waiting for room
         self._report(node, now)
         self.policy.on_request_cached(now)  # an insert outside a known request: the latest
 
@@ -243,8 +237,7 @@ class PolicyDriver(CacheView):
         """An eviction pass starts (the policy restarts its predictor's budget); leaves are
         collected on the first pick."""
         self._pass_leaves, self._last_victim = None, None
-        missing = tuple(self.pending_missing.values())
-        self.policy.begin_eviction(missing or None, max(self.now, 0))
+        self.policy.begin_eviction(self.pending_missing, max(self.now, 0))
 
     def end_pass(self, seconds: float) -> None:
         self.eviction_seconds += seconds
@@ -289,8 +282,7 @@ class PolicyDriver(CacheView):
         for name, value in self._policy_counts().items():
             self._carried[name] = self._carried.get(name, 0) + value
         self._use(policy)
-        self.now = -1
-        self.pending_missing.clear()
+        self.now, self.pending_missing = -1, None
         self._keys.clear()
         self._request_time.clear()
         self._reported.clear()

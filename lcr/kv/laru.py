@@ -83,7 +83,7 @@ from __future__ import annotations
 import math
 
 from lcr._native import StampOrder, leaf_window
-from lcr.kv.policies import _Predictive, as_container, missing_keys, restamp
+from lcr.kv.policies import _Predictive, as_container, restamp
 from lcr.kv.reuse import LRUBalance
 from lcr.kv.shadow import ShadowLRU
 from lcr.policies.predictions import NextAccessPredictor
@@ -222,9 +222,8 @@ class RadixLARU(_Predictive):
             self.lam = 0.0 if self.balance.settle(now) < -self.slack * scale else 1.0
         elif self.trusted and not self._ahead():  # a trusted phase fell behind LRU: LRU from here
             self.trusted, self._lru_phase = False, True
-        if self.balance is None:
-            for key in missing_keys(missing):  # each request this pass makes room for
-                self._check_induced(key)
+        if missing is not None and self.balance is None:
+            self._check_induced(missing)
         self.k = max(1, len(self.last_access))
         self._l, self._now, self._failed, self._predicted = self.window, now, False, set()
 

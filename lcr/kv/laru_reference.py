@@ -31,8 +31,8 @@ The rules, as this class applies them:
    at lambda = 1 and follow rule 2, the others evict the oldest leaf. When room is needed
    in a trusted phase that has fallen below (1 - slack) of the twin, the rest of the
    phase evicts the oldest leaf.
-5. Induced misses. When room is needed for a request (each of a batch an engine makes
-   room for at once) whose first missing block heads a recorded node, evicted at t, and some cached node has not been requested since t (a
+5. Induced misses. When room is needed for a request whose first missing block heads a
+   recorded node, evicted at t, and some cached node has not been requested since t (a
    split's lower part counts as requested by the request that split it), the miss was
    induced by the prediction: the record ends, and, unless this cache's hit tokens so
    counted (rule 4) exceed (1 + slack) of the twin's and exceed them by more than the
@@ -155,16 +155,15 @@ class ReferenceRadixLARU(LeafPolicy):
         self.lru_until_round_ends = False
         if self.trusted and not self.ahead_of_lru():
             self.trusted, self.lru_until_phase_ends = False, True
-        for key in () if missing is None else missing if isinstance(missing, tuple) else (missing,):  # rule 5
-            evicted_at = self.record.get(key)
-            if evicted_at is not None and any(t < evicted_at for t in self.requested.values()):
-                del self.record[key]
-                self.stats.extra["prediction_induced_misses"] += 1
-                if self.gaining() and self.hits + self.forgiven - self.twin_hits > self.view.capacity_tokens:
-                    self.stats.extra["induced_misses_paid"] += 1
-                else:
-                    self.lam /= self.b
-                    self.lru_until_round_ends = True
+        evicted_at = self.record.get(missing)                                   # rule 5
+        if evicted_at is not None and any(t < evicted_at for t in self.requested.values()):
+            del self.record[missing]
+            self.stats.extra["prediction_induced_misses"] += 1
+            if self.gaining() and self.hits + self.forgiven - self.twin_hits > self.view.capacity_tokens:
+                self.stats.extra["induced_misses_paid"] += 1
+            else:
+                self.lam /= self.b
+                self.lru_until_round_ends = True
         k = len(list(self.view.cached_keys()))                                  # rule 2
         self.l = max(math.floor(self.lam * k), 1)
 

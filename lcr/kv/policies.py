@@ -11,9 +11,7 @@ Engine protocol, per request at time ``now``:
   ``on_access(keys, now, depths)``    the request's cached path (hits) and its new node;
                                       ``depths``: tokens from the root to each node's end
   ``begin_eviction(missing, now)``    room is needed; ``missing`` is the key of the first
-                                      block the request did not find (LARU's line 14), or a
-                                      tuple of them, one a request, when an engine makes
-                                      room for several at once (SGLang's prefill batch)
+                                      block the request did not find (LARU's line 14)
   ``pick_victim(leaves, now)``        repeatedly, until enough tokens are free
   ``on_evicted(key)``                 after each removal
   ``on_split(key, lower_key)``        a node was cut: ``key`` stays on the upper part,
@@ -114,8 +112,8 @@ class LeafPolicy(ABC):
     def on_split(self, key: int, lower_key: int) -> None:
         self._touch(lower_key, self.last_access.get(key, -1))
 
-    def begin_eviction(self, missing: "int | tuple[int, ...] | None", now: int) -> None:
-        """Room is needed for the request(s) whose first uncached block is ``missing``."""
+    def begin_eviction(self, missing: int | None, now: int) -> None:
+        """Room is needed for a request whose first uncached block is ``missing``."""
 
     @abstractmethod
     def pick_victim(self, leaves, now: int) -> int:
@@ -160,13 +158,6 @@ def restamp(stamps: dict, order: StampOrder, key: int, t: int) -> None:
         order.discard(old, key)
     stamps[key] = t
     order.add(t, key)
-
-
-def missing_keys(missing) -> tuple[int, ...]:
-    """``begin_eviction``'s ``missing`` as a tuple of keys (none, one, or one a request)."""
-    if missing is None:
-        return ()
-    return tuple(missing) if isinstance(missing, tuple) else (missing,)
 
 
 def as_container(leaves):
