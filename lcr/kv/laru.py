@@ -21,14 +21,12 @@ CI compares the two victim by victim):
   as requested when it is split off). Each induced miss divides lambda by ``b`` (1.05)
   and makes the rest of its eviction round LRU, unless the lead pays for it (below).
 * The lead pays (lcr's extension): while this cache's hit tokens (with the forgiven lead,
-  under Confidence) exceed the LRU twin's by more than the slack and by more than a whole
-  cache of tokens, an induced miss only ends its record. Random gaps make good
-  predictions induce misses too, and each shrink hands evictions back to LRU: on
-  Online-QA that cost up to half of what following the predictions gains. The margin of
-  a whole cache keeps the rule off where the predictions' gain is within noise of LRU
-  (paid from any lead over the slack, the chat replay fell below LRU in 3 more of its 15
-  seeded cells); once the lead is spent the rules above apply again, and the twin still
-  turns a phase LRU when it falls behind.
+  under Confidence) exceed the LRU twin's by more than the slack, an induced miss only
+  ends its record. Random gaps make good predictions induce misses too, and each shrink
+  hands evictions back to LRU: on Online-QA that cost up to half of what following the
+  predictions gains, most under a live server (a batch's eviction pass while the batch
+  before still holds its prompts, docs/kv.md). Once the lead is spent the rules above
+  apply again, and the twin still turns a phase LRU when it falls behind.
 * Credit (``credit=1``, the default; lcr's extension, as in the item LARU): a request
   with more hit tokens here than in the LRU twin (the predictions kept what LRU lost)
   multiplies lambda by ``b``, up to 1. Without it lambda only shrinks within a phase, and
@@ -306,11 +304,6 @@ class RadixLARU(_Predictive):
             return False
         return self.hit_tokens + self._forgiven > (1.0 + self.slack) * self.shadow.hits
 
-    def _lead_pays(self) -> bool:
-        """The predictions have gained more than the slack and more than a whole cache of
-        tokens over the twin: an induced miss is paid from that lead, not by the window."""
-        return self._gaining() and self.hit_tokens + self._forgiven - self.shadow.hits > self.view.capacity_tokens
-
     def _ahead(self) -> bool:
         """This cache's hit tokens, with the twin's lead at the first prediction eviction
         forgiven (all of it before one), are at least (1 - slack) of the LRU twin's (an
@@ -328,7 +321,7 @@ class RadixLARU(_Predictive):
             return  # every cached node was requested since: that eviction cost nothing
         self.stats.extra["prediction_induced_misses"] += 1
         del self.evicted_by_prediction[key]
-        if self._lead_pays():
+        if self._gaining():  # the lead pays for it
             self.stats.extra["induced_misses_paid"] += 1
             return
         self._lru_round = True

@@ -35,9 +35,8 @@ The rules, as this class applies them:
    recorded node, evicted at t, and some cached node has not been requested since t (a
    split's lower part counts as requested by the request that split it), the miss was
    induced by the prediction: the record ends, and, unless this cache's hit tokens so
-   counted (rule 4) exceed (1 + slack) of the twin's and exceed them by more than the
-   capacity in tokens (the lead pays), lambda /= b and the rest of this eviction round
-   evicts the oldest leaf.
+   counted (rule 4) exceed (1 + slack) of the twin's (the lead pays), lambda /= b and the
+   rest of this eviction round evicts the oldest leaf.
 6. Credit (``credit=1``). A request with more hit tokens here than in the LRU twin
    multiplies lambda by b, up to 1.
 7. Races. At every pick, in trusted and LRU phases alike, the leaf the predictions
@@ -159,7 +158,7 @@ class ReferenceRadixLARU(LeafPolicy):
         if evicted_at is not None and any(t < evicted_at for t in self.requested.values()):
             del self.record[missing]
             self.stats.extra["prediction_induced_misses"] += 1
-            if self.gaining() and self.hits + self.forgiven - self.twin_hits > self.view.capacity_tokens:
+            if self.gaining():
                 self.stats.extra["induced_misses_paid"] += 1
             else:
                 self.lam /= self.b
