@@ -48,11 +48,13 @@ prompts and pool, one request at a time through SGLang's tree in simulation mode
 sim-kv --engine sglang``, SGLang's own strategy objects for its policies, lcr's serving
 policies built as the server builds them), prints each policy's hit-token ratio beside its
 live median at concurrency 10 with both orders of the policies, and writes
-``sglang_ttft_<workload>_replay.json`` (a few minutes for every plan). ``--in-flight N``
-serves N requests at once through lcr's tree (``lcr.kv.tree.replay_in_flight``: a
-request is cached when the one N later arrives, so none hits what is still in flight),
-lcr's policies only. What a replay leaves out: the pool share the running requests'
-own tokens take, and the output tokens a server caches after each prompt.
+``sglang_ttft_<workload>_replay.json`` (a few minutes for every plan). ``--batch N`` replays
+as a live server serves, through lcr's tree (``lcr.kv.tree.replay_served``, lcr's policies
+only): prefill batches of N requests (live: ~6 at concurrency 10, ~8 at 20), the batch
+before still holding its prompts while it decodes, and each request's generated token
+cached under its prompt (no later prompt carries it); at 4x the grid's token scale it
+puts every policy within ~0.03 of its live cached tokens (docs/kv.md). What it leaves
+out: the time a request waits, and the pool a batch's decode tokens take.
 """
 from __future__ import annotations
 
@@ -77,6 +79,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 DATA = REPO.parent / "shared" / "data"
 RESULTS = REPO / "benchmarks" / "results"
 VOCAB = 1000  # the tiny/small models'
+CACHED_OUTPUT = 1  # tokens a finished request caches past its prompt: generate()'s 2, the last without KV
 
 # SGLang 0.5.23 serves these besides lru (its RADIX_EVICTION_POLICY_CHOICES; a test keeps
 # them equal); `lcr sim-kv --engine sglang` replays them and fifo on SGLang's own tree.
@@ -334,7 +337,7 @@ def replay_cells(cells: list[Cell], args) -> dict:
     use_stubs_if_needed()  # as the live servers run
     from lcr.integrations.sglang_sim import check_sglang, replay_sglang
     from lcr.kv.policies import RadixLRU
-    from lcr.kv.tree import replay_in_flight
+    from lcr.kv.tree import replay_served
 
     check_sglang()
     groups: dict[str, list[str]] = {}
@@ -351,12 +354,13 @@ def replay_cells(cells: list[Cell], args) -> dict:
         workload, capacity = replay_workload(source, args.requests, scale), pool_size(float(pool), sizing)
         out[key] = {}
         for policy in policies:
-            if args.in_flight > 1 and policy in SGLANG_BUILTINS:
+            if args.batch > 1 and policy in SGLANG_BUILTINS:
                 continue  # SGLang's strategies run on its own tree, one request at a time
             started = time.perf_counter()
             built = replay_policy(policy, tlru_config(prompts), capacity)
-            if args.in_flight > 1:  # lcr's tree (the engines agree, tests/test_kv_sglang.py)
-                hits = replay_in_flight(workload, capacity, RadixLRU() if policy == "lru" else built, args.in_flight)
+            if args.batch > 1:  # lcr's tree (the engines agree, tests/test_kv_sglang.py)
+                hits = replay_served(workload, capacity, RadixLRU() if policy == "lru" else built, args.batch,
+                                     CACHED_OUTPUT)
             else:
                 hits = replay_sglang(workload, capacity, built, keys="serving")
             out[key][policy] = hits / workload.total_tokens
@@ -714,17 +718,17 @@ def parse_args(argv=None):
                    help="replay the plans' workloads and pools through SGLang's tree (lcr sim-kv --engine "
                    "sglang) instead of serving them; print them beside the live runs in --out-dir and write "
                    "sglang_ttft_<workload>_replay.json there")
-    p.add_argument("--in-flight", type=int, default=1,
-                   help="with --replay: serve this many requests at once, as that many clients do (a request "
-                   "is cached when the one this many later arrives); lcr's tree, lcr's policies only; "
-                   "writes sglang_ttft_<workload>_replay_c<N>.json")
+    p.add_argument("--batch", type=int, default=1,
+                   help="with --replay: replay as a live server serves, in prefill batches of this many "
+                   "requests (live: ~6 at concurrency 10), each caching its generated token; lcr's tree, lcr's "
+                   "policies only; writes sglang_ttft_<workload>_replay_b<N>.json")
     args = p.parse_args(argv)
     args.plans = _names("--plans", args.plans, PLANS)
     args.policies = _names("--policies", args.policies, POLICIES)
     args.confirm_workloads = _names("--confirm-workloads", args.confirm_workloads, CONFIRM_WORKLOADS)
     if args.builtin not in SGLANG_BUILTINS:
         refuse(f"--builtin must be one of {', '.join(SGLANG_BUILTINS)}, got {args.builtin!r}")
-    for flag, value in (("--requests", args.requests), ("--repeats", args.repeats), ("--in-flight", args.in_flight)):
+    for flag, value in (("--requests", args.requests), ("--repeats", args.repeats), ("--batch", args.batch)):
         if value < 1:
             refuse(f"{flag} must be at least 1, got {value}")
     if not 0 < args.token_scale <= 32:
@@ -773,7 +777,7 @@ def main(argv=None) -> int:
         replayed = replay_cells(cells, args)
         for workload in dict.fromkeys(c.workload for c in cells):  # one file per workload, as live
             mine = {k: v for k, v in replayed.items() if k.split("|")[1] == workload}
-            suffix = f"_c{args.in_flight}" if args.in_flight > 1 else ""
+            suffix = f"_b{args.batch}" if args.batch > 1 else ""
             write_atomic(args.out_dir / f"sglang_ttft_{workload}_replay{suffix}.json",
                          json.dumps({"meta": {k: v for k, v in meta.items() if k != "model"}, "cells": mine},
                                     indent=1).encode())

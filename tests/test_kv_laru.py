@@ -349,26 +349,6 @@ def test_under_a_live_engine_the_twin_caches_a_request_when_the_engine_does():
     assert policy.hit_tokens == policy.shadow.hits == sum(second.tokens)
 
 
-def test_in_flight_replay_keeps_what_is_still_in_flight_from_every_cache_and_twin():
-    """``replay_in_flight``: one request at a time is ``replay_lcr``; with N in flight a
-    request cannot hit what the N - 1 before it add, and LARU's LRU twin hits exactly
-    what LRU replayed the same way hits (it caches a request when the tree does)."""
-    from lcr.kv.tree import replay_in_flight
-
-    w = build_workload(generate("online_qa:conversations=60,seed=2"))
-    capacity = w.distinct_tokens // 20
-    for name in ("lru", "laru"):
-        assert replay_in_flight(w, capacity, make_radix_policy(name, w, predictor=PathOracle(w, 0.5)), 1) == \
-            replay_lcr(w, capacity, make_radix_policy(name, w, predictor=PathOracle(w, 0.5)))
-    twice = type(w)([w.requests[0], w.requests[0]])
-    assert replay_in_flight(twice, 10 ** 6, RadixLRU(), 2) == 0
-    assert replay_in_flight(twice, 10 ** 6, RadixLRU(), 1) == w.requests[0].total_tokens
-    laru = make_radix_policy("laru", w, predictor=PathOracle(w, 1.0))
-    replay_in_flight(w, capacity, laru, 10)
-    lru_in_flight = replay_in_flight(w, capacity, RadixLRU(), 10)
-    assert laru.shadow.hits == lru_in_flight != replay_lcr(w, capacity, RadixLRU())
-
-
 class FixedTwin:
     """An LRU twin whose hit tokens per request are set by the test."""
 

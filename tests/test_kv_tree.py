@@ -11,6 +11,7 @@ from lcr.cli import main
 from lcr.errors import LcrInputError
 from lcr.kv import (BlockWorkload, PathOracle, RadixLARU, RadixLRU, RadixRLT, RadixTree,
                     build_workload, make_radix_policy, replay_lcr, run_radix_sweep)
+from lcr.kv.tree import replay_served
 from lcr.kv.policies import LeafPolicy, RadixFPB
 from lcr.traces import Trace, generate
 
@@ -122,6 +123,78 @@ def test_the_in_flight_request_path_is_never_offered_for_eviction():
     # Request 2 needs 10 with 0 free: the only leaf is [3,4].
     locked_path = set(w.requests[1].paths[:2])
     assert policy.offers and all(not locked_path & set(offer) for offer in policy.offers)
+
+
+# Replaying as a live server serves (``replay_served``) ---------------------------------------
+
+def test_served_one_at_a_time_with_no_output_is_replay_lcr():
+    w = build_workload(generate("online_qa:conversations=60,seed=2"))
+    capacity = w.distinct_tokens // 20
+    for name in ("lru", "laru"):
+        assert replay_served(w, capacity, make_radix_policy(name, w, predictor=PathOracle(w, 0.5))) == \
+            replay_lcr(w, capacity, make_radix_policy(name, w, predictor=PathOracle(w, 0.5)))
+
+
+def test_a_served_batch_is_matched_at_once_and_hits_the_batch_before():
+    w = workload([1, 2], [1, 2], [1, 2])
+    assert replay_served(w, 1000, RadixLRU(), batch=1) == 40
+    assert replay_served(w, 1000, RadixLRU(), batch=2) == 20  # the second misses: same batch
+    assert replay_served(w, 1000, RadixLRU(), batch=3) == 0
+    laru = make_radix_policy("laru", w, predictor=PathOracle(w))
+    replay_served(w, 1000, laru, batch=3)
+    assert laru.shadow.hits == 0  # the twin caches a batch when the tree does
+
+
+class Newest(RadixLRU):
+    """Evicts the most recently used leaf: what a prediction that a fresh prompt returns
+    last does, and where holding the batch before matters."""
+
+    def pick_victim(self, leaves, now):
+        return max(leaves, key=lambda key: (self.last_access[key], key))
+
+
+def test_the_batch_before_holds_its_prompts_through_the_next_eviction_pass():
+    """Batches (A, B), (C, D), (E, F), (C, D) in 4 blocks of room: E and F's pass cannot
+    take C and D, still decoding, so the last batch hits them."""
+    w = workload([1], [2], [3], [4], [5], [6], [3], [4])
+    assert replay_served(w, 40, Newest(), batch=2) == 20
+    assert replay_served(w, 40, RadixLRU(), batch=2) == 20
+
+
+class PassRecorder(RadixLRU):
+    def __init__(self):
+        super().__init__()
+        self.passes: list[int | None] = []
+
+    def begin_eviction(self, missing, now):
+        self.passes.append(missing)
+        super().begin_eviction(missing, now)
+
+
+def test_a_served_batch_evicts_in_one_pass_that_sees_its_last_missing_block():
+    w = workload([1], [2], [3], [4], [5], [6])  # the third batch needs the first one's room
+    policy = PassRecorder()
+    replay_served(w, 40, policy, batch=2)
+    assert policy.passes == [w.requests[5].paths[0]]
+
+
+def test_each_served_request_caches_its_output_as_a_leaf_no_prompt_hits():
+    w = workload([1, 2], [1, 2, 3])
+    tree_of = {}
+
+    class Keep(RadixLRU):
+        def bind(self, view):
+            tree_of["tree"] = view
+            return super().bind(view)
+
+    assert replay_served(w, 100, Keep(), output_tokens=5) == 20
+    tree = tree_of["tree"]
+    prompt = tree.nodes[w.requests[0].paths[0]]
+    outputs = [n for n in prompt.children.values() if n.size == 5]
+    assert len(outputs) == 1 and not outputs[0].children and outputs[0].key > max(w.requests[1].paths)
+    assert tree.used_tokens == 20 + 10 + 5 + 5  # two prompts' new blocks, two outputs
+    with pytest.raises(ValueError, match="batch"):
+        replay_served(w, 100, RadixLRU(), batch=0)
 
 
 def test_a_request_admitted_before_another_is_cached_does_not_hit_it():

@@ -167,7 +167,7 @@ def test_a_rerun_skips_finished_runs_and_refuses_other_settings(tmp_path, capsys
     (["--builtin", "laru"], "--builtin"), (["--requests", "0"], "--requests"),
     (["--token-scale", "0"], "--token-scale"), (["--open-loads", "0.5,x"], "--open-loads"),
     (["--open-loads", "-1"], "--open-loads"), (["--repeats", "x"], "--repeats"),
-    (["--in-flight", "0"], "--in-flight"), (["--grid-pools", "0.05,1"], "--grid-pools"),
+    (["--batch", "0"], "--batch"), (["--grid-pools", "0.05,1"], "--grid-pools"),
     (["--grid-pools", "a"], "--grid-pools"),
     (["--confirm-workloads", "chat,online_qa"], "--confirm-workloads"),
     (["--out", "x"], "--out")])  # no abbreviations: --out is not --out-dir

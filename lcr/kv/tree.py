@@ -74,9 +74,10 @@ class RadixTree(CacheView):
         self.lock(last)
         return Admitted(request, last, matched, hit_tokens, self.inserts)
 
-    def complete(self, admitted: "Admitted", now: int) -> None:
+    def complete(self, admitted: "Admitted", now: int) -> Node:
         """Insert the blocks ``admitted`` still misses (evicting for room), then unlock its
-        path. Another request completed in between may have inserted some of them."""
+        path; return the deepest cached node on it (the root if none). Another request
+        completed in between may have inserted some of them."""
         paths, tokens = admitted.request.paths, admitted.request.tokens
         last, matched, above = admitted.last, admitted.matched, admitted.hit_tokens
         if self.inserts != admitted.inserts:  # others inserted since: walk again
@@ -89,7 +90,7 @@ class RadixTree(CacheView):
             self.lock(below)
         try:
             if matched == len(paths):
-                return
+                return last
             need = sum(tokens[matched:])
             if need > self.free_tokens:
                 self.evict(need - self.free_tokens, paths[matched], now)
@@ -97,9 +98,11 @@ class RadixTree(CacheView):
             while fit < len(paths) and tokens[fit] <= room:
                 room -= tokens[fit]
                 fit += 1
-            if fit > matched:
-                node = self.insert(last, paths[matched:fit], tokens[matched:fit])
-                self.policy.on_access([node.key], now, [above + node.size])
+            if fit == matched:
+                return last
+            node = self.insert(last, paths[matched:fit], tokens[matched:fit])
+            self.policy.on_access([node.key], now, [above + node.size])
+            return node
         finally:
             if below is not None:
                 self.unlock(below)
@@ -259,28 +262,70 @@ def replay_lcr(workload, capacity_tokens: int, policy: LeafPolicy) -> int:
     return sum(tree.serve(request, now) for now, request in enumerate(workload.requests))
 
 
-def replay_in_flight(workload, capacity_tokens: int, policy: LeafPolicy, in_flight: int) -> int:
-    """Hit tokens of a ``BlockWorkload`` through lcr's tree with ``in_flight`` requests
-    served at once, as by a closed loop of that many clients: request t is cached (its
-    missing blocks inserted) when request t + ``in_flight`` arrives, as a live server
-    caches a prompt after its prefill, so no request hits what those still in flight add.
-    ``in_flight`` = 1 is ``replay_lcr``. Leaves out what the pool gives the running
-    requests' own tokens, and the outputs a server caches."""
-    if in_flight < 1:
-        raise ValueError(f"in_flight must be at least 1, got {in_flight}")
+def replay_served(workload, capacity_tokens: int, policy: LeafPolicy, batch: int = 1,
+                  output_tokens: int = 0) -> int:
+    """Hit tokens of a ``BlockWorkload`` through lcr's tree as a live SGLang server serves
+    it. Requests come in prefill batches of ``batch``: a batch is matched at once (none
+    hits what another in it adds), the tokens it misses are freed in one eviction pass
+    while the batch before it still decodes (its paths locked), and its prompts are then
+    cached. Each request also caches ``output_tokens`` generated tokens as a leaf under its
+    prompt, which no later prompt carries (a server caches what it generated; a replayed
+    workload's next turn does not contain it). One request at a time with no output is
+    ``replay_lcr``. The eviction pass hands the policy the last request's first missing
+    block, as SGLang's driver does for a batch."""
+    if batch < 1 or output_tokens < 0:
+        raise ValueError(f"batch must be at least 1 and output_tokens at least 0, got {batch}, {output_tokens}")
     tree = RadixTree(capacity_tokens, policy)
-    tree.caches_requests_later = in_flight > 1  # the policy's LRU twin waits as the tree does
-    running: list[tuple[Admitted, int]] = []
-    hits = 0
-    for now, request in enumerate(workload.requests):
-        if len(running) == in_flight:
-            _cache(tree, *running.pop(0))
-        admitted = tree.admit(request, now)
-        hits += admitted.hit_tokens
-        running.append((admitted, now))
-    for admitted, t in running:
-        _cache(tree, admitted, t)
+    tree.caches_requests_later = batch > 1  # the policy's LRU twin waits as the tree does
+    next_output = 1 + max((p for r in workload.requests for p in r.paths), default=0)  # ids no prompt uses
+    requests, hits, decoding = workload.requests, 0, []
+    for start in range(0, len(requests), batch):
+        group = [(tree.admit(request, t), t) for t, request in enumerate(requests[start:start + batch], start)]
+        hits += sum(admitted.hit_tokens for admitted, _ in group)
+        need = sum(sum(a.request.tokens[a.matched:]) for a, _ in group)
+        missing = [a.request.paths[a.matched] for a, _ in group if a.matched < len(a.request.paths)]
+        if need > tree.free_tokens:
+            tree.evict(need - tree.free_tokens, missing[-1] if missing else None, group[-1][1])
+        for node in decoding:  # the batch before finishes
+            tree.unlock(node)
+        decoding = []
+        for admitted, t in group:
+            end = tree.complete(admitted, t)
+            policy.on_request_cached(t)
+            if output_tokens and end is not tree.root and _depth(end) == admitted.request.total_tokens:
+                end = _cache_output(tree, end, next_output, output_tokens, t)
+                next_output += 1
+            if batch > 1:
+                tree.lock(end)
+                decoding.append(end)
+    for node in decoding:
+        tree.unlock(node)
     return hits
+
+
+def _cache_output(tree: RadixTree, prompt: Node, key: int, tokens: int, t: int) -> Node:
+    """Cache a request's generated tokens as a leaf under its whole ``prompt`` (evicting for
+    room, never the prompt itself); the leaf, or the prompt where no room is left. Reported
+    alone with its depth, as SGLang's driver reports a finished request's insert."""
+    tree.lock(prompt)
+    try:
+        if tokens > tree.free_tokens:
+            tree.evict(tokens - tree.free_tokens, None, t)
+        if tokens > tree.free_tokens:
+            return prompt
+        leaf = tree.insert(prompt, (key,), (tokens,))
+    finally:
+        tree.unlock(prompt)
+    tree.policy.on_access([leaf.key], t, [_depth(leaf)])
+    return leaf
+
+
+def _depth(node: Node) -> int:
+    """Tokens from the root to the end of ``node``."""
+    total = 0
+    while node.parent is not None:
+        total, node = total + node.size, node.parent
+    return total
 
 
 def _cache(tree: RadixTree, admitted: "Admitted", t: int) -> None:
