@@ -272,7 +272,8 @@ def replay_served(workload, capacity_tokens: int, policy: LeafPolicy, batch: int
     prompt, which no later prompt carries (a server caches what it generated; a replayed
     workload's next turn does not contain it). One request at a time with no output is
     ``replay_lcr``. The eviction pass hands the policy the last request's first missing
-    block, as SGLang's driver does for a batch."""
+    block, as SGLang's driver does for a batch; a request the pass left short (the batch
+    before held what it needed) evicts for itself when it is cached."""
     if batch < 1 or output_tokens < 0:
         raise ValueError(f"batch must be at least 1 and output_tokens at least 0, got {batch}, {output_tokens}")
     tree = RadixTree(capacity_tokens, policy)
@@ -326,8 +327,3 @@ def _depth(node: Node) -> int:
     while node.parent is not None:
         total, node = total + node.size, node.parent
     return total
-
-
-def _cache(tree: RadixTree, admitted: "Admitted", t: int) -> None:
-    tree.complete(admitted, t)
-    tree.policy.on_request_cached(t)
