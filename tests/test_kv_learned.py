@@ -1,7 +1,8 @@
 """The relaxed-Belady node predictor (``--predictor lightgbm-belady``): its answers keep
 LRU's age in the order, and LARU with it (Algorithm 1's shrink, b = 2 without credit, the
-rule it was measured with) beats LRU at 2% and stays within its slack at 5% and 10% on a
-slice of the ShareGPT chat replay (docs/kv.md has the full-trace tables)."""
+rule it was measured with) stays within its slack of LRU at 2%, 5% and 10% on a slice of
+the ShareGPT chat replay (docs/kv.md has the full-trace tables; it beat LRU at 2% while
+rule 4 paid only from a lead of a whole cache, until d63e561)."""
 from __future__ import annotations
 
 import math
@@ -41,14 +42,11 @@ def test_answers_are_the_age_plus_at_most_one_boundary_and_split_parts_are_unkno
     assert math.isnan(predictor.predict([10**9], now)[0])
 
 
-def test_laru_with_the_belady_predictor_beats_lru_at_2_percent_and_stays_within_slack_above(chat_slice):
+def test_laru_with_the_belady_predictor_stays_within_its_slack_of_lru(chat_slice):
     w = chat_slice
     for percent in (2, 5, 10):
         capacity = w.distinct_tokens * percent // 100
         lru = replay_lcr(w, capacity, make_radix_policy("lru", w))
         laru = replay_lcr(w, capacity, make_radix_policy(
             "laru", w, predictor=make_path_predictor("lightgbm-belady", w, 0.0, 0), b=2.0, credit=0))
-        if percent == 2:
-            assert laru > lru, (percent, laru / lru)
-        else:  # on this slice the default is 0.9988 of LRU at 5% (1.007 on the whole replay)
-            assert laru >= 0.99 * lru, (percent, laru / lru)  # within its slack
+        assert laru >= 0.99 * lru, (percent, laru / lru)  # within its slack
