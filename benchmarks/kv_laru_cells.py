@@ -66,7 +66,9 @@ def run_cell(job) -> dict:
         started = time.perf_counter()
         policy = make_radix_policy("laru", w, predictor=make_path_predictor(kind, w, noise, 0))
         hits = replay_lcr(w, capacity, policy)
+        extra = policy.stats.extra  # rule 7's races: the share the predictions win (docs/kv.md)
         cell["laru"][mode] = {"hit_tokens": hits, "ratio": hits / (opt if mode == "p0" else lru),
+                              "races_won": extra["races_won"], "races_lost": extra["races_lost"],
                               "seconds": round(time.perf_counter() - started, 2)}
     return cell
 
@@ -83,6 +85,13 @@ def cells(pool: Pool, traces: list[str]) -> None:
         ratios = " | ".join(f"{cell['laru'][mode]['ratio']:.4f}" for mode in MODES)
         print(f"| {label} | {cell['lru_hit_rate']:.4f} | {cell['opt_hit_rate']:.4f} | {ratios} |", flush=True)
     update_entry(RESULTS, "cells", {"traces": traces, "cells": results})
+    for mode, name in (("p1", "inverted"), ("learned", "residual")):
+        shares = [won / (won + lost) for cell in results
+                  for won, lost in [(cell["laru"][mode]["races_won"], cell["laru"][mode]["races_lost"])]
+                  if won + lost >= 30]  # rule 7's races, where a cell decides enough of them
+        if shares:
+            print(f"races the {name} predictions win: {min(shares):.1%}-{max(shares):.1%} "
+                  f"({len(shares)} cells deciding 30 or more)", flush=True)
 
 
 def seeds(pool: Pool, traces: list[str]) -> None:

@@ -58,8 +58,8 @@ CI compares the two victim by victim):
   victim first, a loss; the oldest leaf first, a win. Unless this cache is ahead of the
   twin by more than the slack (the twin has shown the predictions gaining), a phase
   starts trusted only while the losses are at most ``RACE_ODDS`` (8) times (wins + 1):
-  inverted predictions win at most 1% of the decided races in the 12 cells of
-  docs/kv.md, learned and noisy ones 33% or more; early in a live run, though, races
+  inverted predictions win at most 1.4% of the decided races in the 12 cells of
+  docs/kv.md, learned ones 20% or more; early in a live run, though, races
   are few and mostly lost (under races alone, half-negated predictions turned LRU within
   40 evictions in two of three live repeats, docs/history.md), hence the twin's word
   first.
