@@ -7,6 +7,7 @@ bound. About 4 s.
 """
 from __future__ import annotations
 
+import gc
 import json
 import sys
 import threading
@@ -65,6 +66,51 @@ def test_open_loop_times_each_request_from_its_own_send(stream_url):
     assert len(run["ttfts"]) == 4 and _from_own_send(run["ttfts"]), run["ttfts"]
     assert run["wall_s"] < 4 * (FIRST + REST)  # arrivals overlap: not one at a time
     assert run["late_p99_ms"] < 50
+
+
+def test_a_run_freezes_the_collector_in_server_and_client_before_its_first_request(stream_url, monkeypatch):
+    # A full collection over SGLang's imports and model (~0.5 s here) stalls every request
+    # in flight: the ~15 slowest of a run, its P99. Frozen before the load, none lands in it.
+    events = []
+
+    class Server:
+        url = stream_url
+
+        def flush_cache(self):
+            events.append("flush")
+
+        def freeze_gc(self):
+            events.append("freeze")
+
+        def metrics(self):
+            return {}
+
+    monkeypatch.setattr(bench, "timed_request", lambda url, ids: events.append(("send", gc.get_freeze_count() > 0)) or 0.1)
+    gc.unfreeze()
+    try:
+        run = bench.measure(Server(), [[1], [2]], bench.Cell("grid", "online_qa", 0.05, "c1", "lru", 0), None, seed=0)
+    finally:
+        gc.unfreeze()
+    assert events == ["flush", "freeze", ("send", True), ("send", True)]
+    assert run["ttfts_ms"] == [100, 100]
+
+
+def test_the_pooled_p99_ranks_every_repeats_requests_together():
+    # LRU stalls 10 requests by 500 ms in two of three repeats, LARU 10 by 150 ms in each:
+    # per repeat LARU's P99 is 0.3, 0.3 and 1.5x LRU's (median 0.3); pooled, the 30th
+    # slowest of 3,000 requests is LRU's 100 ms and LARU's 150.
+    def run(slow_ms):
+        return {"cached_ratio": 0.1, "ttft_p99_ms": float(slow_ms), "ttfts_ms": [100] * 990 + [slow_ms] * 10}
+
+    runs = {}
+    for repeat, lru_slow in enumerate((500, 500, 100)):
+        runs[f"grid|online_qa|0.05|c10|lru|{repeat}"] = run(lru_slow)
+        runs[f"grid|online_qa|0.05|c10|laru|{repeat}"] = run(150)
+    cell = ("grid", "online_qa", "0.05", "c10", "laru")
+    assert bench.pooled_p99_ratio(bench.by_cell(runs), cell) == pytest.approx(1.5)
+    assert bench.summary(runs).splitlines()[-1].endswith("0.100 / **0.30** (pooled 1.50) |")
+    del runs["grid|online_qa|0.05|c10|lru|2"]["ttfts_ms"]  # a run from before they were kept
+    assert bench.pooled_p99_ratio(bench.by_cell(runs), cell) is None
 
 
 def test_the_fault_fires_once_when_half_the_requests_are_sent():
