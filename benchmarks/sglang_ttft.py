@@ -412,7 +412,13 @@ class Results:
         from lcr.atomic import write_atomic
 
         self.doc["runs"][cell.key] = run
-        write_atomic(self.path, json.dumps(self.doc, indent=1).encode())
+        write_atomic(self.path, self.text().encode())
+
+    def text(self) -> str:
+        """The file: one line per run (a run keeps its 1,000 TTFTs), so a rerun of one
+        cell changes only its own lines."""
+        runs = ",\n".join(f"  {json.dumps(key)}: {json.dumps(run)}" for key, run in self.doc["runs"].items())
+        return f'{{\n "meta": {json.dumps(self.doc["meta"])},\n "runs": {{\n{runs}\n }}\n}}\n'
 
     def runs(self) -> dict:
         return self.doc["runs"]
