@@ -40,8 +40,11 @@ Every run is one cell (workload, pool, load, policy, repeat); repeats are interl
 (every policy of a repeat before the next repeat, the order reversed every other one), so
 load drifting on a shared host falls on all policies alike. Each finished run is written
 at once (atomically) to its workload's file, ``--out-dir``/sglang_ttft_<workload>_<model>.json;
-a re-run skips the runs already there (``--fresh`` starts over). TTFT is timed by the client from the moment it sends a request to its first
-streamed chunk; cached tokens come from SGLang's /metrics.
+a re-run skips the runs already there (``--fresh`` starts over). TTFT is timed by the
+client from the moment it sends a request to its first streamed chunk, with the collector
+frozen in server and client from the run's start; cached tokens come from SGLang's
+/metrics. A run keeps its requests' TTFTs, and the report gives P99 both as the median of
+the repeats' ratios to LRU's and pooled over the repeats' requests (``pooled_p99_ratio``).
 
 ``--replay`` serves nothing: it replays each (plan, workload, pool) of the plans, the same
 prompts and pool, one request at a time through SGLang's tree in simulation mode (``lcr
