@@ -349,6 +349,30 @@ def test_under_a_live_engine_the_twin_caches_a_request_when_the_engine_does():
     assert policy.hit_tokens == policy.shadow.hits == sum(second.tokens)
 
 
+def test_a_live_twin_inserts_what_the_engine_inserts_and_holds_a_running_request():
+    # A live server holds a running request's path from its match until it finishes, and
+    # caches its generated tokens too (they take pool space, a chat's next turn hits
+    # them): the twin must do both, or it judges the cache by an LRU no server could be.
+    from lcr.kv.requests import BlockRequest
+    from lcr.kv.shadow import ShadowLRU
+
+    shadow = ShadowLRU(RadixTree(40, RadixLRU()))
+    prompt = BlockRequest((1, 2), (10, 10))
+    shadow.request(prompt.paths, prompt.tokens, 0, complete=False)
+    shadow.complete(0, prompt, done=False)  # prefilled, still decoding
+    other = BlockRequest((5, 6), (15, 15))
+    shadow.request(other.paths, other.tokens, 1, complete=False)
+    shadow.complete(1, other)  # 20 tokens free, the running prompt held: one block fits
+    assert {1, 5} == set(shadow.twin.nodes) and shadow.twin.used_tokens == 35  # nodes: keyed by first block
+    shadow.complete(0, BlockRequest((1, 2, 99), (10, 10, 3)))  # finished: prompt and output
+    assert 99 in shadow.twin.nodes and shadow.twin.used_tokens == 38
+    assert shadow.request((1, 2, 99, 7), (10, 10, 3, 4), 2, complete=False) == 23
+    shadow.complete(2)
+    hit_all = shadow.request((1, 2), (10, 10), 3, complete=False)  # all hit, still pending:
+    shadow.complete(3, BlockRequest((1, 2, 8), (10, 10, 2)))  # what it generates is cached
+    assert hit_all == 20 and 8 in shadow.twin.nodes
+
+
 class FixedTwin:
     """An LRU twin whose hit tokens per request are set by the test."""
 

@@ -89,15 +89,66 @@ def test_the_driver_tells_the_policy_which_request_its_tree_cached():
     capacity = w.distinct_tokens // 10
     cache, allocator = build_cache(policy("laru", w, capacity), capacity)
     driver, told = cache.driver, []
-    driver.policy.on_request_cached = told.append
+    driver.policy.on_request_cached = lambda t, blocks, done: told.append(t)
     replay_sglang(w, capacity, None, cache=(cache, allocator))
     assert told and told == sorted(told) and told[-1] <= driver.now
     told.clear()
     driver._request_time["r7"] = 5
+    inserted = SimpleNamespace(key=SimpleNamespace(raw_token_ids=lambda: [3, 3]))
     with driver.inserting_for(SimpleNamespace(rid="r7")):
-        driver.on_insert(SimpleNamespace(last_device_node=cache.tree_core.root_node))
-    driver.on_insert(SimpleNamespace(last_device_node=cache.tree_core.root_node))
+        driver.on_insert(inserted, SimpleNamespace(last_device_node=cache.tree_core.root_node))
+    driver.on_insert(inserted, SimpleNamespace(last_device_node=cache.tree_core.root_node))
     assert told == [5, driver.now]
+
+
+def test_laru_s_twin_holds_what_sglang_s_tree_holds_as_a_server_serves():
+    # As a server serves: a request matches all but its last token (the key's limit),
+    # inserts its prompt after the prefill, then prompt and generated token when it
+    # finishes, and holds its path in between. With the cache evicting by LRU, the LRU
+    # twin must hold exactly the tokens SGLang's tree holds, and hit what it hits.
+    from array import array
+    from types import SimpleNamespace
+
+    import torch
+    from sglang.srt.mem_cache.base_prefix_cache import EvictParams, InsertParams, MatchPrefixParams
+    from sglang.srt.mem_cache.radix_cache import RadixKey
+
+    laru = make_radix_policy("laru", online_qa(), predictor=None)
+    laru.predict = lambda keys, now: False  # no predictions: LRU throughout
+    cache, allocator = build_cache(laru, 40, sim_keys=False)
+    prompts = [[1, 2, 3, 4, 5, 6, 7, 8], [1, 2, 3, 4, 9, 9, 9, 9], [1, 2, 3, 4, 5, 6, 7, 8, 50, 11, 12],
+               [20] * 12, [21] * 12, [1, 2, 3, 4, 9, 9, 9, 9, 51, 13], [22] * 12, [1, 2, 3, 4, 5, 6, 9], [22] * 12]
+
+    def alloc(n):
+        if n > allocator.available_size():
+            cache.evict(EvictParams(num_tokens=n - allocator.available_size()))
+        return allocator.alloc(n)
+
+    def insert(req, tokens, held, finished):
+        """Cache ``tokens`` (the first ``len(held)`` already in the request's row) and move
+        the request's lock to the end of them, as SGLang's checkpoint_into_tree does."""
+        req.finished = lambda: finished
+        value = torch.cat([held, alloc(len(tokens) - len(held))])
+        with cache.driver.inserting_for(req):
+            result = cache.insert(InsertParams(key=RadixKey(array("q", tokens)), value=value,
+                                               prev_prefix_len=len(held)))
+        cache.unlock(req.lock)
+        req.lock = None if finished else cache.lock(result.last_device_node)
+        return value
+
+    server_hits = []
+    for i, prompt in enumerate(prompts):
+        req = SimpleNamespace(rid=f"r{i}", session=None)
+        result = cache.match_prefix(MatchPrefixParams(key=RadixKey(array("q", prompt), limit=len(prompt) - 1),
+                                                      req=req))
+        server_hits.append(result.device_prefix_len)
+        req.lock = cache.lock(result.last_device_node)
+        row = insert(req, prompt, cache.path_device_indices(result.last_device_node), finished=False)
+        insert(req, prompt + [50 + i], row, finished=True)  # the token it generated
+        assert laru.shadow.twin.used_tokens == cache.evictable_size() + cache.protected_size()
+    assert laru.stats.evictions > 0 and server_hits[2] == 9 and server_hits[5] == 4  # a generated token hit, one evicted
+    assert server_hits[8] == 11  # a repeated prompt: all but its last token
+    assert laru.shadow.hits == sum(server_hits)
 
 
 @pytest.mark.parametrize("name", ["lru", "laru"])

@@ -92,6 +92,7 @@ class PolicyDriver(CacheView):
         self._keys: dict[int, int] = {}  # node id -> key (serving mode)
         self._request_time: OrderedDict[str, int] = OrderedDict()  # rid -> time of its first match
         self.inserting_time: int | None = None  # set while a known request inserts
+        self.inserting_done = True  # whether that request has finished (no longer holds its path)
         self._reported: dict[int, int] = {}  # key -> latest time reported to the policy
         self._pass_leaves: dict[int, object] | None = None  # key -> leaf node, this eviction pass
         self._last_victim = None
@@ -182,8 +183,9 @@ class PolicyDriver(CacheView):
             if len(self._request_time) > _REMEMBERED_REQUESTS:
                 self._request_time.popitem(last=False)
         self.now += 1
-        if self.policy.wants_requests:  # a shadow cache: the request's blocks
-            self.policy.on_request(*request_blocks(params.key.token_ids, self.page_size, self.sim_keys),
+        if self.policy.wants_requests:  # a shadow cache: the blocks matched (a server matches
+            # all but a prompt's last token, which must be computed: the key's limit)
+            self.policy.on_request(*request_blocks(params.key.raw_token_ids(), self.page_size, self.sim_keys),
                                    self.now)
         on_served = getattr(self.policy, "on_served_request", None)
         if on_served is not None and req is not None:
@@ -205,12 +207,14 @@ class PolicyDriver(CacheView):
     @contextmanager
     def inserting_for(self, req):
         self.inserting_time = self._request_time.get(getattr(req, "rid", None))
+        finished = getattr(req, "finished", None)
+        self.inserting_done = finished() if callable(finished) else True
         try:
             yield
         finally:
-            self.inserting_time = None
+            self.inserting_time, self.inserting_done = None, True
 
-    def on_insert(self, result) -> None:
+    def on_insert(self, params, result) -> None:
         node = result.last_device_node
         if node is None:
             return
@@ -218,7 +222,10 @@ class PolicyDriver(CacheView):
             node = self.tree_core.node_by_id(node)
         now = self.inserting_time if self.inserting_time is not None else max(self.now, 0)
         self._report(node, now)
-        self.policy.on_request_cached(now)  # an insert outside a known request: the latest
+        # An insert outside a known request is the latest's; a shadow gets what was inserted.
+        blocks = request_blocks(params.key.raw_token_ids(), self.page_size, self.sim_keys) \
+            if self.policy.wants_requests else None
+        self.policy.on_request_cached(now, blocks, self.inserting_done)
 
     def on_split(self, upper, lower) -> None:
         if self.sim_keys:
@@ -396,7 +403,7 @@ class PolicyRadixCache(UnifiedRadixCache):
 
     def insert(self, params):
         result = super().insert(params)
-        self.driver.on_insert(result)
+        self.driver.on_insert(params, result)
         return result
 
     # Inserts made for a request are its own accesses: dated at its match, not the latest.

@@ -44,11 +44,13 @@ CI compares the two victim by victim):
   and what a live server's tree and the twin differ by then is not the predictions' (a
   single prompt's hit, before the predictor's first fit, held LARU to LRU for a whole
   run at 4x the grid's token scale).
-  Under a live server the twin caches a request's blocks when the server does
-  (``on_request_cached``), not at its arrival, so it hits nothing still in flight, and it
-  holds only the tree's share of the pool (``CacheView.room_tokens``): running requests'
-  decode tokens are no cache's (with the whole pool it hit 1.25x live LRU's tokens at
-  concurrency 20, docs/kv.md).
+  Under a live server the twin inserts what the server inserts when it does
+  (``on_request_cached``: a prompt after its prefill, so it hits nothing still in flight;
+  the prompt with its generated tokens when the request finishes), holds a request's
+  path while the server does, and holds only the tree's share of the pool
+  (``CacheView.room_tokens``): running requests' decode tokens are no cache's (with the
+  whole pool it hit 1.25x live LRU's tokens at concurrency 20; without the generated
+  tokens, 1.03x those of the cache it judged while that cache evicted by LRU, docs/kv.md).
 * Races (lcr's extension): the twin judges nothing before LRU's first hits, and on
   Online-QA at 2% those come among the last 1% of the requests, when inverted
   predictions have emptied the cache of everything LRU would hit (0.64 of LRU's hit
@@ -82,6 +84,7 @@ import math
 
 from lcr._native import StampOrder, leaf_window
 from lcr.kv.policies import _Predictive, as_container, restamp
+from lcr.kv.requests import BlockRequest
 from lcr.kv.reuse import LRUBalance
 from lcr.kv.shadow import ShadowLRU
 from lcr.policies.predictions import NextAccessPredictor
@@ -161,9 +164,9 @@ class RadixLARU(_Predictive):
                                                  room=self.view.room_tokens())
             self.stats.extra["lru_twin_hit_tokens"] = self.shadow.hits
 
-    def on_request_cached(self, t):
+    def on_request_cached(self, t, blocks=None, done=True):
         if self.shadow is not None:
-            self.shadow.complete(t)
+            self.shadow.complete(t, None if blocks is None else BlockRequest(*map(tuple, blocks)), done)
 
     def on_access(self, keys, now, depths=None):
         if self.wants_requests and now != self._hit_now:  # a request's first report: its hits

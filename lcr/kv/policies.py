@@ -101,9 +101,13 @@ class LeafPolicy(ABC):
         """A request arrives, before ``on_access``: its blocks' path ids and tokens, root
         first (only sent to policies with ``wants_requests``)."""
 
-    def on_request_cached(self, t: int) -> None:
-        """The engine cached the blocks of the request that arrived at ``t`` (engines whose
-        ``caches_requests_later`` is true: a live server, after the prompt's prefill)."""
+    def on_request_cached(self, t: int, blocks: tuple[Sequence[int], Sequence[int]] | None = None,
+                          done: bool = True) -> None:
+        """The engine cached blocks for the request that arrived at ``t`` (engines whose
+        ``caches_requests_later`` is true: a live server, its prompt after the prefill,
+        prompt and generated tokens when it finishes): ``blocks`` (path ids, tokens; None:
+        the request's own), ``done`` whether the request finished (else it still holds
+        its path)."""
 
     def on_miss(self, key: int, now: int) -> None:
         """A request found its blocks cached only up to ``key`` (its first missing block),

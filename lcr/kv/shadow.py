@@ -7,14 +7,19 @@ its count *is* LRU's, not an estimate (``lcr.kv.reuse`` estimates it from reuse 
 instead, off by up to 10% on Online-QA because LRU evicts whole nodes). A request costs
 what serving it in the twin costs: a walk of its blocks plus O(log n) per eviction.
 Needs the engine's ``on_request`` (the request's blocks); engines that do not send it
-leave ``requests`` at 0. A live engine caches a prompt only after its prefill, so a
-request arriving meanwhile cannot hit it; ``request(..., complete=False)`` matches at
-arrival and inserts at ``complete(t)``, when the engine caches request t, so the twin
-gets no hit that no live cache could have (a chat's next turn often arrives while the
-previous one is still in flight). Running requests also hold pool space outside a live
-tree (decode tokens, prefills not inserted yet); the engine's ``room_tokens()`` says what
-is left to the tree, and the twin is resized to it at every request, so that it caches no
-more than an LRU in the live tree's place could.
+leave ``requests`` at 0.
+
+A live engine is mirrored as it serves: ``request(..., complete=False)`` matches at
+arrival and holds the matched path; ``complete(t, request, done)`` inserts what the
+engine inserted for request t when it did (a prompt after its prefill, so the twin hits
+nothing still in flight; the prompt and its generated tokens when the request finishes,
+which take pool space and which a chat's next turn may hit), holding the path until the
+request is done. Running requests also hold pool space outside a live tree (decode
+tokens, prefills not inserted yet); the engine's ``room_tokens()`` says what is left to
+the tree, and the twin is resized to it at every request, so that it caches no more than
+an LRU in the live tree's place could. (Inserting the prompt alone, never the generated
+tokens, left the twin 2.7-2.9% of the hit tokens ahead of the very cache it judged when
+that cache evicted by LRU throughout, in three live runs at 5% of Online-QA: docs/kv.md.)
 Not thread-safe: one engine thread drives it.
 """
 from __future__ import annotations
@@ -40,6 +45,8 @@ class ServesBlocks(Protocol):
 
     def complete(self, admitted, now: int) -> None: ...
 
+    def progress(self, admitted, now: int): ...
+
 
 class ShadowLRU:
     def __init__(self, twin: ServesBlocks):
@@ -50,13 +57,14 @@ class ShadowLRU:
 
     def request(self, paths, tokens, now: int, complete: bool = True, room: int | None = None) -> int:
         """One request (block path ids and tokens, root first) at time ``now``; LRU's hit
-        tokens. ``complete=False``: its blocks are inserted at ``complete(now)``. ``room``:
+        tokens. ``complete=False``: its blocks are inserted at ``complete(now, ...)``, even
+        when all were hit (the engine still inserts what it generates). ``room``:
         the tokens the engine's tree may hold now (``CacheView.room_tokens``), the twin's
         capacity from this request on."""
         if room is not None:
             self.twin.capacity_tokens = max(1, room)
         admitted = self.twin.admit(BlockRequest(tuple(paths), tuple(tokens)), now)
-        if complete or admitted.matched == len(paths):  # nothing to insert: no need to wait
+        if complete:
             self.twin.complete(admitted, now)
         else:
             self._pending[now] = admitted
@@ -67,10 +75,17 @@ class ShadowLRU:
         self.requests += 1
         return admitted.hit_tokens
 
-    def complete(self, t: int) -> None:
-        """The engine cached the blocks of the request that arrived at ``t`` (no-op if that
-        request was completed already, or never pending)."""
+    def complete(self, t: int, request: BlockRequest | None = None, done: bool = True) -> None:
+        """The engine cached blocks for the request that arrived at ``t``: ``request``'s
+        (None: those it arrived with); ``done``: it finished, its path is no longer held
+        (else the twin holds the path to the end of these blocks until its next insert).
+        No-op for a request completed already, or never pending."""
         admitted = self._pending.pop(t, None)
-        if admitted is not None:
+        if admitted is None:
+            return
+        if request is not None:
+            admitted = admitted.reading(request)
+        if done:
             self.twin.complete(admitted, t)
-
+        else:
+            self._pending[t] = self.twin.progress(admitted, t)

@@ -108,6 +108,14 @@ class RadixTree(CacheView):
                 self.unlock(below)
             self.unlock(admitted.last)
 
+    def progress(self, admitted: "Admitted", now: int) -> "Admitted":
+        """A request still running cached ``admitted.request`` (a live server's prefill):
+        insert what is missing and hold the path to its end, as the server holds a running
+        request's; the returned admission is completed (or progresses) at its next insert."""
+        end = self.complete(admitted, now)
+        self.lock(end)
+        return Admitted(admitted.request, end, 0, admitted.hit_tokens, -1)  # -1: walk again
+
     @property
     def free_tokens(self) -> int:
         return self.capacity_tokens - self.used_tokens
@@ -223,6 +231,13 @@ class Admitted:
     def __init__(self, request: BlockRequest, last: Node, matched: int, hit_tokens: int, inserts: int):
         self.request, self.last, self.matched, self.hit_tokens = request, last, matched, hit_tokens
         self.inserts = inserts  # the tree's insert count at the match
+
+    def reading(self, request: BlockRequest) -> "Admitted":
+        """This admission, completed with ``request``'s blocks instead (what the engine
+        inserted for it: the prompt it matched, or that prompt and the tokens generated
+        after it). Its blocks past the match may be cached already (the match stopped
+        short of them), so the tree is walked again (inserts -1)."""
+        return Admitted(request, self.last, self.matched, self.hit_tokens, -1)
 
 
 class EvictableLeaves:
