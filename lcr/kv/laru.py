@@ -50,7 +50,7 @@ CI compares the two victim by victim):
   path while the server does, and holds only the tree's share of the pool
   (``CacheView.room_tokens``): running requests' decode tokens are no cache's (with the
   whole pool it hit 1.25x live LRU's tokens at concurrency 20; without the generated
-  tokens, 1.03x those of the cache it judged while that cache evicted by LRU, docs/kv.md).
+  tokens, 1.03x those of the cache it judged while that cache evicted by LRU, docs/history.md).
 * Races (lcr's extension): the twin judges nothing before LRU's first hits, and on
   Online-QA at 2% those come among the last 1% of the requests, when inverted
   predictions have emptied the cache of everything LRU would hit (0.64 of LRU's hit

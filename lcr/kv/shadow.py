@@ -19,7 +19,7 @@ tokens, prefills not inserted yet); the engine's ``room_tokens()`` says what is 
 the tree, and the twin is resized to it at every request, so that it caches no more than
 an LRU in the live tree's place could. (Inserting the prompt alone, never the generated
 tokens, left the twin 2.7-2.9% of the hit tokens ahead of the very cache it judged when
-that cache evicted by LRU throughout, in three live runs at 5% of Online-QA: docs/kv.md.)
+that cache evicted by LRU throughout, in three live runs at 5% of Online-QA: docs/history.md.)
 Not thread-safe: one engine thread drives it.
 """
 from __future__ import annotations
