@@ -24,8 +24,11 @@ def workload(generator: str, seed: int):
     return build_workload(generate(generator.format(seed=seed)))
 
 
-def replay(cls, w, capacity, predictor, **options):
-    """(hit tokens, [(time, victim)], splits, stats) of ``cls`` through lcr's tree."""
+def replay(cls, w, capacity, predictor, late=0, **options):
+    """(hit tokens, [(time, victim)], splits, stats) of ``cls`` through lcr's tree.
+    ``late`` > 0: after each request, the engine touches the path of the request ``late``
+    before it (``LeafPolicy.on_touch``), as a live server dates a request's path when it
+    finishes."""
     victims, splits = [], []
 
     class Recorded(cls):
@@ -40,15 +43,19 @@ def replay(cls, w, capacity, predictor, **options):
 
     policy = Recorded(predictor, **options)
     tree = RadixTree(capacity, policy)
-    hits = sum(tree.serve(request, now) for now, request in enumerate(w.requests))
+    hits = 0
+    for now, request in enumerate(w.requests):
+        hits += tree.serve(request, now)
+        if late and now >= late:
+            tree.touch(tree.match(w.requests[now - late].paths)[0], now)
     stats = policy.stats
     return hits, victims, len(splits), {**stats.extra, "prediction_evictions": stats.prediction_evictions,
                                         "lru_evictions": stats.lru_evictions}
 
 
-def assert_same_victims(w, capacity, noise, seed=3, **options):
-    fast = replay(RadixLARU, w, capacity, PathOracle(w, noise, seed), **options)
-    reference = replay(ReferenceRadixLARU, w, capacity, PathOracle(w, noise, seed), **options)
+def assert_same_victims(w, capacity, noise, seed=3, late=0, **options):
+    fast = replay(RadixLARU, w, capacity, PathOracle(w, noise, seed), late, **options)
+    reference = replay(ReferenceRadixLARU, w, capacity, PathOracle(w, noise, seed), late, **options)
     first = next((i for i, (a, b) in enumerate(zip(fast[1], reference[1])) if a != b), None)
     assert first is None, f"victim {first}: fast {fast[1][first]}, reference {reference[1][first]}"
     assert len(fast[1]) == len(reference[1]) and fast[0] == reference[0]
@@ -73,6 +80,14 @@ def test_fast_laru_evicts_the_references_victims(generator, noise):
     # splits, and (unless the predictions are exact) prediction-induced misses.
     assert seen["victims"] > 1000 and seen["phases"] > 20 and seen["splits"] > 0
     assert (seen["induced"] > 0) == (noise > 0)
+
+
+@pytest.mark.parametrize("noise", [0.0, 0.5], ids=["exact", "noisy"])
+def test_paths_a_live_engine_touches_reorder_both_alike(noise):
+    w = workload(GENERATORS[0], 3)
+    capacity = int(0.05 * w.distinct_tokens)
+    touched = assert_same_victims(w, capacity, noise, late=3)
+    assert touched[1] != replay(RadixLARU, w, capacity, PathOracle(w, noise, 3))[1]  # the touches mattered
 
 
 def test_the_cells_compared_reach_lru_phases_both_ways_races_and_a_shrunk_lambda():

@@ -89,66 +89,119 @@ def test_the_driver_tells_the_policy_which_request_its_tree_cached():
     capacity = w.distinct_tokens // 10
     cache, allocator = build_cache(policy("laru", w, capacity), capacity)
     driver, told = cache.driver, []
-    driver.policy.on_request_cached = lambda t, blocks, done: told.append(t)
+    driver.policy.on_request_cached = lambda t, blocks, done, now: told.append((t, now))
     replay_sglang(w, capacity, None, cache=(cache, allocator))
-    assert told and told == sorted(told) and told[-1] <= driver.now
+    assert told and told == sorted(told) and told[-1][1] <= driver.now
+    assert all(t == now for t, now in told)  # lcr sim-kv inserts right after the match
     told.clear()
     driver._request_time["r7"] = 5
     inserted = SimpleNamespace(key=SimpleNamespace(raw_token_ids=lambda: [3, 3]))
     with driver.inserting_for(SimpleNamespace(rid="r7")):
         driver.on_insert(inserted, SimpleNamespace(last_device_node=cache.tree_core.root_node))
     driver.on_insert(inserted, SimpleNamespace(last_device_node=cache.tree_core.root_node))
-    assert told == [5, driver.now]
+    assert told == [(5, driver.now), (driver.now, driver.now)]
+
+
+class ServedLikeAServer:
+    """SGLang's tree served as a server serves it: a request matches all but its last token
+    (the key's limit) and holds its path, inserts its prompt after the prefill, then its
+    prompt and one generated token when it finishes (SGLang's checkpoint_into_tree moves
+    the request's lock at each insert). Works for lcr's trees and SGLang's stock one."""
+
+    def __init__(self, cache, allocator):
+        self.cache, self.allocator = cache, allocator
+        self.running = {}  # rid -> (request, prompt, its row of cached tokens)
+
+    def _alloc(self, n):
+        from sglang.srt.mem_cache.base_prefix_cache import EvictParams
+        if n > self.allocator.available_size():
+            self.cache.evict(EvictParams(num_tokens=n - self.allocator.available_size()))
+        return self.allocator.alloc(n)
+
+    def _insert(self, req, tokens, held, finished):
+        from contextlib import nullcontext
+        from array import array
+
+        import torch
+        from sglang.srt.mem_cache.base_prefix_cache import InsertParams
+        from sglang.srt.mem_cache.radix_cache import RadixKey
+
+        req.finished = lambda: finished
+        value = torch.cat([held, self._alloc(len(tokens) - len(held))])
+        driver = getattr(self.cache, "driver", None)
+        with driver.inserting_for(req) if driver is not None else nullcontext():
+            result = self.cache.insert(InsertParams(key=RadixKey(array("q", tokens)), value=value,
+                                                    prev_prefix_len=len(held)))
+        self.cache.unlock(req.lock)
+        req.lock = None if finished else self.cache.lock(result.last_device_node)
+        return value
+
+    def start(self, rid, prompt) -> int:
+        """Match and prefill ``prompt``; its hit tokens."""
+        from array import array
+        from types import SimpleNamespace
+
+        from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
+        from sglang.srt.mem_cache.radix_cache import RadixKey
+
+        req = SimpleNamespace(rid=rid, session=None)
+        result = self.cache.match_prefix(MatchPrefixParams(key=RadixKey(array("q", prompt), limit=len(prompt) - 1),
+                                                           req=req))
+        req.lock = self.cache.lock(result.last_device_node)
+        row = self._insert(req, prompt, self.cache.path_device_indices(result.last_device_node), finished=False)
+        self.running[rid] = (req, prompt, row)
+        return result.device_prefix_len
+
+    def finish(self, rid, generated) -> None:
+        req, prompt, row = self.running.pop(rid)
+        self._insert(req, prompt + [generated], row, finished=True)
 
 
 def test_laru_s_twin_holds_what_sglang_s_tree_holds_as_a_server_serves():
-    # As a server serves: a request matches all but its last token (the key's limit),
-    # inserts its prompt after the prefill, then prompt and generated token when it
-    # finishes, and holds its path in between. With the cache evicting by LRU, the LRU
-    # twin must hold exactly the tokens SGLang's tree holds, and hit what it hits.
-    from array import array
-    from types import SimpleNamespace
-
-    import torch
-    from sglang.srt.mem_cache.base_prefix_cache import EvictParams, InsertParams, MatchPrefixParams
-    from sglang.srt.mem_cache.radix_cache import RadixKey
-
+    # With the cache evicting by LRU, the LRU twin must hold exactly the tokens SGLang's
+    # tree holds, and hit what it hits.
     laru = make_radix_policy("laru", online_qa(), predictor=None)
     laru.predict = lambda keys, now: False  # no predictions: LRU throughout
     cache, allocator = build_cache(laru, 40, sim_keys=False)
+    server = ServedLikeAServer(cache, allocator)
     prompts = [[1, 2, 3, 4, 5, 6, 7, 8], [1, 2, 3, 4, 9, 9, 9, 9], [1, 2, 3, 4, 5, 6, 7, 8, 50, 11, 12],
                [20] * 12, [21] * 12, [1, 2, 3, 4, 9, 9, 9, 9, 51, 13], [22] * 12, [1, 2, 3, 4, 5, 6, 9], [22] * 12]
-
-    def alloc(n):
-        if n > allocator.available_size():
-            cache.evict(EvictParams(num_tokens=n - allocator.available_size()))
-        return allocator.alloc(n)
-
-    def insert(req, tokens, held, finished):
-        """Cache ``tokens`` (the first ``len(held)`` already in the request's row) and move
-        the request's lock to the end of them, as SGLang's checkpoint_into_tree does."""
-        req.finished = lambda: finished
-        value = torch.cat([held, alloc(len(tokens) - len(held))])
-        with cache.driver.inserting_for(req):
-            result = cache.insert(InsertParams(key=RadixKey(array("q", tokens)), value=value,
-                                               prev_prefix_len=len(held)))
-        cache.unlock(req.lock)
-        req.lock = None if finished else cache.lock(result.last_device_node)
-        return value
-
     server_hits = []
     for i, prompt in enumerate(prompts):
-        req = SimpleNamespace(rid=f"r{i}", session=None)
-        result = cache.match_prefix(MatchPrefixParams(key=RadixKey(array("q", prompt), limit=len(prompt) - 1),
-                                                      req=req))
-        server_hits.append(result.device_prefix_len)
-        req.lock = cache.lock(result.last_device_node)
-        row = insert(req, prompt, cache.path_device_indices(result.last_device_node), finished=False)
-        insert(req, prompt + [50 + i], row, finished=True)  # the token it generated
+        server_hits.append(server.start(f"r{i}", prompt))
+        server.finish(f"r{i}", 50 + i)  # the token it generated
         assert laru.shadow.twin.used_tokens == cache.evictable_size() + cache.protected_size()
     assert laru.stats.evictions > 0 and server_hits[2] == 9 and server_hits[5] == 4  # a generated token hit, one evicted
     assert server_hits[8] == 11  # a repeated prompt: all but its last token
     assert laru.shadow.hits == sum(server_hits)
+
+
+def test_a_request_is_as_recent_as_its_finish_in_lcr_s_order_as_in_sglang_s():
+    # SGLang's LRU dates every node an insert walks: a request that ran long is as recent
+    # as its finish, not as its match. lcr's policies count time in requests matched; the
+    # driver re-dates an inserted path at the latest request (on_touch), in the cache and
+    # in LARU's LRU twin. A runs while B and C are matched, B finishes first: D's room
+    # must come from B (dated at its match, A would go first).
+    from lcr.integrations.sglang_sim import SGLangStrategy
+
+    laru = make_radix_policy("laru", online_qa(), predictor=None)
+    laru.predict = lambda keys, now: False  # no predictions: LRU throughout
+    servers = [ServedLikeAServer(*build_cache(policy, 40, sim_keys=False))
+               for policy in (SGLangStrategy("lru"), RadixLRU(), laru)]
+    a, b, c, d = ([10 * i + j for j in range(10)] for i in range(1, 5))
+    for server in servers:
+        server.start("A", a)
+        server.start("B", b)
+        server.finish("B", 90)
+        server.start("C", c)
+        server.finish("A", 91)
+        server.finish("C", 92)
+        server.start("D", d)  # 33 tokens cached, 10 more needed: one request's path goes
+        server.finish("D", 93)
+        assert server.start("A again", a) == 9
+        twin_hits = laru.shadow and laru.shadow.hits  # (LARU is served last)
+        assert server.start("B again", b) == 0
+    assert twin_hits == laru.shadow.hits == 9  # the twin held A and lost B, as the cache did
 
 
 @pytest.mark.parametrize("name", ["lru", "laru"])

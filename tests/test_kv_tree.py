@@ -145,6 +145,23 @@ def test_a_served_batch_is_matched_at_once_and_hits_the_batch_before():
     assert laru.shadow.hits == 0  # the twin caches a batch when the tree does
 
 
+def test_a_served_batch_is_dated_at_its_last_request_when_cached():
+    # SGLang dates an insert's path when it inserts: after the whole batch was matched.
+    class Touches(RadixLRU):
+        touched = []
+
+        def on_touch(self, keys, now):
+            self.touched.append((tuple(keys), now))
+            super().on_touch(keys, now)
+
+    w = workload([1, 2], [3], [1, 2, 4], [5])
+    policy = Touches()
+    replay_served(w, 1000, policy, batch=3)
+    first, second = (r.paths[0] for r in w.requests[:2])  # each one node: its key
+    assert policy.touched == [((first,), 2), ((second,), 2)]  # not the batch's last, nor one alone
+    assert policy.last_access[first] == policy.last_access[second] == 2
+
+
 class Newest(RadixLRU):
     """Evicts the most recently used leaf: what a prediction that a fresh prompt returns
     last does, and where holding the batch before matters."""

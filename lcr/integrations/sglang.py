@@ -77,7 +77,8 @@ class PolicyDriver(CacheView):
     """Feeds one ``LeafPolicy`` from SGLang's tree and counts what it did."""
 
     # A request's prompt is inserted after its prefill (or right after its match, when
-    # lcr sim-kv drives the tree): ``on_insert`` tells the policy which request it was.
+    # lcr sim-kv drives the tree): ``on_insert`` tells the policy which request it was,
+    # and dates the inserted path at the latest request, as SGLang's LRU dates it.
     caches_requests_later = True
 
     def __init__(self, policy: LeafPolicy, *, capacity_tokens: int, page_size: int = 1,
@@ -220,12 +221,23 @@ class PolicyDriver(CacheView):
             return
         if isinstance(node, int):
             node = self.tree_core.node_by_id(node)
-        now = self.inserting_time if self.inserting_time is not None else max(self.now, 0)
-        self._report(node, now)
+        latest = max(self.now, 0)
+        t = self.inserting_time if self.inserting_time is not None else latest
+        self._report(node, t)  # its new nodes: the request's access, at the request's time
+        if latest > t:  # the path was in use until now: as recent as SGLang's LRU dates it
+            self.policy.on_touch(self._path_keys(node), latest)
         # An insert outside a known request is the latest's; a shadow gets what was inserted.
         blocks = request_blocks(params.key.raw_token_ids(), self.page_size, self.sim_keys) \
             if self.policy.wants_requests else None
-        self.policy.on_request_cached(now, blocks, self.inserting_done)
+        self.policy.on_request_cached(t, blocks, self.inserting_done, latest)
+
+    def _path_keys(self, node) -> list[int]:
+        """The keys from the root down to ``node``."""
+        root, keys = self.tree_core.root_node, []
+        while node is not None and node is not root:
+            keys.append(self.key_of(node))
+            node = node.parent
+        return keys[::-1]
 
     def on_split(self, upper, lower) -> None:
         if self.sim_keys:

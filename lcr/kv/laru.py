@@ -46,8 +46,9 @@ CI compares the two victim by victim):
   run at 4x the grid's token scale).
   Under a live server the twin inserts what the server inserts when it does
   (``on_request_cached``: a prompt after its prefill, so it hits nothing still in flight;
-  the prompt with its generated tokens when the request finishes), holds a request's
-  path while the server does, and holds only the tree's share of the pool
+  the prompt with its generated tokens when the request finishes), dates the path then,
+  as the server's LRU does and the driver does for this cache (``on_touch``), holds a
+  request's path while the server does, and holds only the tree's share of the pool
   (``CacheView.room_tokens``): running requests' decode tokens are no cache's (with the
   whole pool it hit 1.25x live LRU's tokens at concurrency 20; without the generated
   tokens, 1.03x those of the cache it judged while that cache evicted by LRU, docs/history.md).
@@ -164,9 +165,9 @@ class RadixLARU(_Predictive):
                                                  room=self.view.room_tokens())
             self.stats.extra["lru_twin_hit_tokens"] = self.shadow.hits
 
-    def on_request_cached(self, t, blocks=None, done=True):
+    def on_request_cached(self, t, blocks=None, done=True, now=None):
         if self.shadow is not None:
-            self.shadow.complete(t, None if blocks is None else BlockRequest(*map(tuple, blocks)), done)
+            self.shadow.complete(t, None if blocks is None else BlockRequest(*map(tuple, blocks)), done, now)
 
     def on_access(self, keys, now, depths=None):
         if self.wants_requests and now != self._hit_now:  # a request's first report: its hits

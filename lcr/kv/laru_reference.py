@@ -10,8 +10,9 @@ and it is slow: every pick sorts the evictable leaves and asks the predictor aga
 
 The rules, as this class applies them:
 
-1. Recency. Every node has the time of its last access; a split's lower part keeps the
-   node's. Leaves are ordered oldest first, ties by the smaller key.
+1. Recency. Every node has the time of its last access, or of the engine's last touch
+   (a live server caching blocks under it); a split's lower part keeps the node's.
+   Leaves are ordered oldest first, ties by the smaller key.
 2. Window. At the start of an eviction round k = the number of cached nodes and
    l = max(floor(lambda * k), 1). Each pick takes the l oldest evictable leaves and
    evicts the one predicted to return last (NaN = never; ties: the older leaf). When that
@@ -120,6 +121,11 @@ class ReferenceRadixLARU(LeafPolicy):
                 if key not in self.phase_nodes:
                     self.phase_nodes.add(key)
                     self.phase_tokens += self.tokens[key]
+
+    def on_touch(self, keys, now):
+        for key in keys:                                                            # rule 1
+            if key in self.last:
+                self.last[key] = now
 
     def on_split(self, key, lower_key):
         self.last[lower_key] = self.last.get(key, -1)

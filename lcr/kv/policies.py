@@ -16,6 +16,8 @@ Engine protocol, per request at time ``now``:
   ``on_evicted(key)``                 after each removal
   ``on_split(key, lower_key)``        a node was cut: ``key`` stays on the upper part,
                                       ``lower_key`` names the lower part (same history)
+A live engine also sends ``on_touch(keys, now)`` when it caches a request's blocks later
+than it matched them (see ``on_touch``).
 """
 from __future__ import annotations
 
@@ -102,12 +104,21 @@ class LeafPolicy(ABC):
         first (only sent to policies with ``wants_requests``)."""
 
     def on_request_cached(self, t: int, blocks: tuple[Sequence[int], Sequence[int]] | None = None,
-                          done: bool = True) -> None:
+                          done: bool = True, now: int | None = None) -> None:
         """The engine cached blocks for the request that arrived at ``t`` (engines whose
         ``caches_requests_later`` is true: a live server, its prompt after the prefill,
         prompt and generated tokens when it finishes): ``blocks`` (path ids, tokens; None:
         the request's own), ``done`` whether the request finished (else it still holds
-        its path)."""
+        its path), ``now`` the engine's clock then (None: ``t``)."""
+
+    def on_touch(self, keys: Sequence[int], now: int) -> None:
+        """A live engine cached blocks under the path ``keys`` (root first) at ``now``, after
+        the request that holds them was matched: the path was in use until then, so it is
+        as recent as ``now`` in the recency order (SGLang's LRU dates every node an insert
+        walks), but no request reached it: predictors, hits and races see nothing."""
+        for key in keys:
+            if key in self.last_access:
+                self._touch(key, now)
 
     def on_miss(self, key: int, now: int) -> None:
         """A request found its blocks cached only up to ``key`` (its first missing block),

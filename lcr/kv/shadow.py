@@ -47,6 +47,8 @@ class ServesBlocks(Protocol):
 
     def progress(self, admitted, now: int): ...
 
+    def touch(self, node, now: int) -> None: ...
+
 
 class ShadowLRU:
     def __init__(self, twin: ServesBlocks):
@@ -75,10 +77,13 @@ class ShadowLRU:
         self.requests += 1
         return admitted.hit_tokens
 
-    def complete(self, t: int, request: BlockRequest | None = None, done: bool = True) -> None:
+    def complete(self, t: int, request: BlockRequest | None = None, done: bool = True,
+                 now: int | None = None) -> None:
         """The engine cached blocks for the request that arrived at ``t``: ``request``'s
         (None: those it arrived with); ``done``: it finished, its path is no longer held
-        (else the twin holds the path to the end of these blocks until its next insert).
+        (else the twin holds the path to the end of these blocks until its next insert);
+        ``now``: the engine's clock then (None: ``t``), which dates the path in the twin's
+        recency order as the engine dates it in the cache's (``LeafPolicy.on_touch``).
         No-op for a request completed already, or never pending."""
         admitted = self._pending.pop(t, None)
         if admitted is None:
@@ -86,6 +91,9 @@ class ShadowLRU:
         if request is not None:
             admitted = admitted.reading(request)
         if done:
-            self.twin.complete(admitted, t)
+            end = self.twin.complete(admitted, t)
         else:
-            self._pending[t] = self.twin.progress(admitted, t)
+            self._pending[t] = progressed = self.twin.progress(admitted, t)
+            end = progressed.last
+        if now is not None and now != t:
+            self.twin.touch(end, now)

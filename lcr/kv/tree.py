@@ -116,6 +116,15 @@ class RadixTree(CacheView):
         self.lock(end)
         return Admitted(admitted.request, end, 0, admitted.hit_tokens, -1)  # -1: walk again
 
+    def touch(self, node: Node, now: int) -> None:
+        """The path to ``node`` was in use until ``now`` (a live server caching blocks
+        under it): the policy re-dates it (``LeafPolicy.on_touch``)."""
+        keys = []
+        while node is not self.root:
+            keys.append(node.key)
+            node = node.parent
+        self.policy.on_touch(keys[::-1], now)
+
     @property
     def free_tokens(self) -> int:
         return self.capacity_tokens - self.used_tokens
@@ -288,7 +297,9 @@ def replay_served(workload, capacity_tokens: int, policy: LeafPolicy, batch: int
     workload's next turn does not contain it). One request at a time with no output is
     ``replay_lcr``. The eviction pass hands the policy the last request's first missing
     block, as SGLang's driver does for a batch; a request the pass left short (the batch
-    before held what it needed) evicts for itself when it is cached."""
+    before held what it needed) evicts for itself when it is cached. A batch's paths are
+    dated at its last request when they are cached (``RadixTree.touch``), as SGLang's
+    driver dates an insert's path."""
     if batch < 1 or output_tokens < 0:
         raise ValueError(f"batch must be at least 1 and output_tokens at least 0, got {batch}, {output_tokens}")
     tree = RadixTree(capacity_tokens, policy)
@@ -304,13 +315,15 @@ def replay_served(workload, capacity_tokens: int, policy: LeafPolicy, batch: int
             tree.evict(need - tree.free_tokens, missing[-1] if missing else None, group[-1][1])
         for node in decoding:  # the batch before finishes
             tree.unlock(node)
-        decoding = []
+        decoding, latest = [], group[-1][1]
         for admitted, t in group:
             end = tree.complete(admitted, t)
-            policy.on_request_cached(t)
+            policy.on_request_cached(t, now=latest)
             if output_tokens and end is not tree.root and _depth(end) == admitted.request.total_tokens:
                 end = _cache_output(tree, end, next_output, output_tokens, t)
                 next_output += 1
+            if t != latest:  # cached after the batch's last match: as recent as that
+                tree.touch(end, latest)
             if batch > 1:
                 tree.lock(end)
                 decoding.append(end)
