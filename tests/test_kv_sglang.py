@@ -307,30 +307,25 @@ def test_engines_agree_with_a_learned_style_predictor(name):
     assert runs[0] == runs[1]  # same hits, and the same node depths fed to the features
 
 
-def test_laru_s_twin_gets_the_room_sglang_s_pool_leaves_the_tree():
-    # A live server's running requests hold pool slots outside the tree (decode tokens,
-    # prefills not inserted yet): the LRU twin LARU is judged against may fill only the
-    # tree's share (with the whole pool it hit 0.025 of the prompt tokens at concurrency 20
-    # and 2.5%, where LRU served 0.020, docs/kv.md).
-    from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
-    from sglang.srt.mem_cache.radix_cache import RadixKey
-
-    from lcr.integrations.sglang_sim import sim_tokens
-    from lcr.kv.requests import BlockWorkload
-
-    w = online_qa()
-    capacity = 4000
-    laru = policy("laru", w, capacity)
-    cache, allocator = build_cache(laru, capacity)
-    assert cache.driver.room_tokens() == capacity
-    replay_sglang(BlockWorkload(w.requests[:1]), capacity, laru, cache=(cache, allocator))
-    assert cache.driver.room_tokens() == capacity  # cached and unlocked: still room
-    held = allocator.alloc(300)  # a running request's decode tokens
-    prompt = sim_tokens(w)[0]
-    lock = cache.lock(cache.match_prefix(MatchPrefixParams(key=RadixKey(prompt))).last_device_node)
-    assert cache.driver.room_tokens() == capacity - 300  # a locked prompt is still the tree's
-    laru.on_request(w.requests[1].paths, w.requests[1].tokens, 5)
-    assert laru.shadow.twin.capacity_tokens == capacity - 300
-    cache.unlock(lock)
-    allocator.free(held)
-    assert cache.driver.room_tokens() == capacity
+def test_laru_s_twin_evicts_when_sglang_s_tree_does_and_as_much_as_it_had_to():
+    # A server allocates a request's room before its tree caches it, and other requests
+    # hold pool slots outside the tree (decode tokens, prefills not inserted yet): the
+    # tree evicts only when an allocation finds the pool full. The twin mirrors that (sized
+    # by the pool left to the tree at each match, it found no room for a burst's prompts,
+    # docs/history.md): with the cache evicting by LRU it holds the tree's tokens after
+    # every request, and hits what the server hits.
+    laru = make_radix_policy("laru", online_qa(), predictor=None)
+    laru.predict = lambda keys, now: False  # no predictions: LRU throughout
+    cache, allocator = build_cache(laru, 60, sim_keys=False)
+    server = ServedLikeAServer(cache, allocator)
+    outside, hits = None, []
+    for i in range(24):
+        if i % 6 == 2:  # a burst: other requests take 25 slots outside the tree for a while
+            outside = server._alloc(25)
+        prompt = [100 + i % 5] + [200 + i] * 9  # five shared first tokens, then new ones
+        hits.append(server.start(f"r{i}", prompt))
+        if i % 6 == 4:
+            allocator.free(outside)
+        server.finish(f"r{i}", 900 + i)
+        assert laru.shadow.twin.used_tokens == cache.evictable_size() + cache.protected_size()
+    assert laru.stats.evictions > 10 and laru.shadow.hits == sum(hits) > 0

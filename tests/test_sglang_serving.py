@@ -66,9 +66,18 @@ def test_each_node_is_observed_once_per_request_as_lcrs_tree_does():
 
 
 def test_inserts_are_dated_at_their_requests_match():
-    """Request A matches, B matches, then A inserts: A's new node is A's access."""
+    """Request A matches, B matches, then A inserts: A's new node is A's access (what a
+    predictor observes), and recent as of B in the recency order (as SGLang's LRU dates
+    an insert's path)."""
     w = online_qa(10)
-    policy = make_radix_policy("lru", w)
+    accesses = []
+
+    class Recorded(type(make_radix_policy("lru", w))):
+        def on_access(self, keys, now, depths=None):
+            accesses.extend((key, now) for key in keys)
+            super().on_access(keys, now, depths)
+
+    policy = Recorded()
     cache, allocator = build_cache(policy, w.distinct_tokens)
     from array import array
 
@@ -88,7 +97,7 @@ def test_inserts_are_dated_at_their_requests_match():
     cache.match_prefix(MatchPrefixParams(key=RadixKey(tokens_a), req=a))  # re-matched while waiting
     with cache.driver.inserting_for(a):
         cache.insert(InsertParams(key=RadixKey(tokens_a), value=allocator.alloc(5)))
-    assert policy.last_access[7] == 0 and cache.driver.now == 1
+    assert accesses == [(7, 0)] and policy.last_access[7] == 1 and cache.driver.now == 1
 
 
 # Serving-mode keying (issue 12 item 6) ---------------------------------------------------

@@ -80,6 +80,7 @@ class PolicyDriver(CacheView):
     # lcr sim-kv drives the tree): ``on_insert`` tells the policy which request it was,
     # and dates the inserted path at the latest request, as SGLang's LRU dates it.
     caches_requests_later = True
+    allocates_before_caching = True
 
     def __init__(self, policy: LeafPolicy, *, capacity_tokens: int, page_size: int = 1,
                  sim_keys: bool = False):
@@ -103,7 +104,6 @@ class PolicyDriver(CacheView):
         self._log_every = 100
         self._logged_prediction = False
         self.exporter = None  # a PolicyMetricsExporter when SGLang runs with --enable-metrics
-        self.room = None  # () -> the tree's share of the pool now, set by the radix cache
         self._carried: dict[str, int] = {}  # counts of policies replaced by restart()
 
     def _use(self, policy: LeafPolicy) -> None:
@@ -127,9 +127,6 @@ class PolicyDriver(CacheView):
     def tokens_of(self, keys):
         keys = set(keys)
         return sum(len(n.key) for n in self._cached_nodes() if self.key_of(n) in keys)
-
-    def room_tokens(self) -> int | None:
-        return None if self.room is None else self.room()
 
     def lru_twin(self) -> RadixTree:
         """lcr's tree with LRU: it hits what SGLang's tree with LRU hits (the engines'
@@ -258,10 +255,12 @@ class PolicyDriver(CacheView):
         self._pass_leaves, self._last_victim = None, None
         self.policy.begin_eviction(self.pending_missing, max(self.now, 0))
 
-    def end_pass(self, seconds: float) -> None:
+    def end_pass(self, seconds: float, fits_in: int | None = None) -> None:
+        """An eviction pass ended; ``fits_in``: the tokens it had to bring the tree down to."""
         self.eviction_seconds += seconds
         self.eviction_passes += 1
         self._pass_leaves, self._last_victim = None, None
+        self.policy.end_eviction(max(self.now, 0), fits_in)
         if self.exporter is not None:
             self.exporter.update(self.metrics())
 
@@ -392,9 +391,6 @@ class PolicyRadixCache(UnifiedRadixCache):
         self.driver = PolicyDriver(policy or self._new_policy(), capacity_tokens=capacity,
                                    page_size=params.page_size, sim_keys=sim_keys)
         super().__init__(params)
-        # Running requests hold pool space outside the tree (decode tokens, prefills not
-        # inserted yet): the tree's share is what an LRU in its place would have.
-        self.driver.room = lambda: allocator.available_size() + self.evictable_size() + self.protected_size()
         if params.enable_metrics:
             from lcr.integrations.sglang_metrics import PolicyMetricsExporter
 
@@ -440,11 +436,14 @@ class PolicyRadixCache(UnifiedRadixCache):
         return node_id, node_id is not None
 
     def _evict(self, params, *args, **kwargs):
+        # A pass frees ``num_tokens`` (an allocation's shortfall; SGLang stops at the victim
+        # that meets it): what an LRU in the tree's place must fit in after it.
+        fits_in = max(0, self.evictable_size() + self.protected_size() - params.num_tokens)
         started = time.perf_counter()
         try:
             return super()._evict(params, *args, **kwargs)
         finally:
-            self.driver.end_pass(time.perf_counter() - started)
+            self.driver.end_pass(time.perf_counter() - started, fits_in)
 
 
 def _predictor_line(policy) -> str:

@@ -48,10 +48,9 @@ CI compares the two victim by victim):
   (``on_request_cached``: a prompt after its prefill, so it hits nothing still in flight;
   the prompt with its generated tokens when the request finishes), dates the path then,
   as the server's LRU does and the driver does for this cache (``on_touch``), holds a
-  request's path while the server does, and holds only the tree's share of the pool
-  (``CacheView.room_tokens``): running requests' decode tokens are no cache's (with the
-  whole pool it hit 1.25x live LRU's tokens at concurrency 20; without the generated
-  tokens, 1.03x those of the cache it judged while that cache evicted by LRU, docs/history.md).
+  request's path while the server does, and evicts when the server does, down to what
+  the server's tree had to fit in after each pass (``end_eviction``): a server allocates
+  a request's room before its tree caches it (``lcr.kv.shadow``).
 * Races (lcr's extension): the twin judges nothing before LRU's first hits, and on
   Online-QA at 2% those come among the last 1% of the requests, when inverted
   predictions have emptied the cache of everything LRU would hit (0.64 of LRU's hit
@@ -158,11 +157,10 @@ class RadixLARU(_Predictive):
     # Events ---------------------------------------------------------------------------
     def on_request(self, paths, tokens, now):
         if self.shadow is None and self.view is not None:
-            self.shadow = ShadowLRU(self.view.lru_twin())
+            self.shadow = ShadowLRU(self.view.lru_twin(), live=self.view.allocates_before_caching)
         if self.shadow is not None:
             later = getattr(self.view, "caches_requests_later", False)
-            self._twin_hit = self.shadow.request(paths, tokens, now, complete=not later,
-                                                 room=self.view.room_tokens())
+            self._twin_hit = self.shadow.request(paths, tokens, now, complete=not later)
             self.stats.extra["lru_twin_hit_tokens"] = self.shadow.hits
 
     def on_request_cached(self, t, blocks=None, done=True, now=None):
@@ -212,6 +210,10 @@ class RadixLARU(_Predictive):
     def on_miss(self, key, now):
         if self.balance is not None and self.view is not None:
             self.balance.miss(key, now, self.view.capacity_tokens)
+
+    def end_eviction(self, now, fits_in=None):
+        if self.shadow is not None and self.shadow.live and fits_in is not None:
+            self.shadow.fit(fits_in, now)
 
     def begin_eviction(self, missing, now):
         super().begin_eviction(missing, now)

@@ -14,6 +14,7 @@ Engine protocol, per request at time ``now``:
                                       block the request did not find (LARU's line 14)
   ``pick_victim(leaves, now)``        repeatedly, until enough tokens are free
   ``on_evicted(key)``                 after each removal
+  ``end_eviction(now, fits_in)``      the pass ended
   ``on_split(key, lower_key)``        a node was cut: ``key`` stays on the upper part,
                                       ``lower_key`` names the lower part (same history)
 A live engine also sends ``on_touch(keys, now)`` when it caches a request's blocks later
@@ -51,11 +52,10 @@ class CacheView(ABC):
     #: ``on_request_cached``.
     caches_requests_later: bool = False
 
-    def room_tokens(self) -> int | None:
-        """Tokens this cache may hold now: its capacity less the pool space requests in
-        flight hold outside the tree (a live server's decode tokens and prefills not
-        inserted yet); None where the tree has its whole capacity (a replay)."""
-        return None
+    #: Whether the engine takes a request's room from its pool when it allocates, before
+    #: its tree caches anything, and evicts only when an allocation finds the pool full (a
+    #: live server): it sends ``end_eviction`` with the tokens its tree had to fit in.
+    allocates_before_caching: bool = False
 
     @abstractmethod
     def lru_twin(self):
@@ -129,6 +129,11 @@ class LeafPolicy(ABC):
 
     def begin_eviction(self, missing: int | None, now: int) -> None:
         """Room is needed for a request whose first uncached block is ``missing``."""
+
+    def end_eviction(self, now: int, fits_in: int | None = None) -> None:
+        """The eviction pass (``begin_eviction``, then ``pick_victim`` per victim) ended;
+        ``fits_in``: the tokens an engine that ``allocates_before_caching`` had to bring its
+        tree down to (what it held less the allocation's shortfall the pass was for)."""
 
     @abstractmethod
     def pick_victim(self, leaves, now: int) -> int:

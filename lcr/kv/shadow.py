@@ -10,16 +10,20 @@ Needs the engine's ``on_request`` (the request's blocks); engines that do not se
 leave ``requests`` at 0.
 
 A live engine is mirrored as it serves: ``request(..., complete=False)`` matches at
-arrival and holds the matched path; ``complete(t, request, done)`` inserts what the
+arrival and holds the matched path; ``complete(t, request, done, now)`` inserts what the
 engine inserted for request t when it did (a prompt after its prefill, so the twin hits
 nothing still in flight; the prompt and its generated tokens when the request finishes,
-which take pool space and which a chat's next turn may hit), holding the path until the
-request is done. Running requests also hold pool space outside a live tree (decode
-tokens, prefills not inserted yet); the engine's ``room_tokens()`` says what is left to
-the tree, and the twin is resized to it at every request, so that it caches no more than
-an LRU in the live tree's place could. (Inserting the prompt alone, never the generated
-tokens, left the twin 2.7-2.9% of the hit tokens ahead of the very cache it judged when
-that cache evicted by LRU throughout, in three live runs at 5% of Online-QA: docs/history.md.)
+which take pool space and which a chat's next turn may hit), dates the path at ``now``,
+and holds it until the request is done. Such an engine takes a request's room from the
+pool when it allocates, before its tree caches anything, and evicts only when an
+allocation finds the pool full, down to what its tree holds after that pass; ``live=True``
+mirrors that too: the twin's inserts never evict, and ``fit(tokens)`` after each of the
+engine's passes evicts the twin down to what the tree had to fit in (what it held less
+the allocation's shortfall: the tree's own overshoot, the part of its last victim it did
+not need, is not the twin's). (Sized instead by the pool left
+to the tree at each match, the twin found no room for a burst's prompts and hit 14% less
+than the LRU cache it judged under Poisson arrivals; without the generated tokens 2.7-2.9%
+more: docs/history.md.)
 Not thread-safe: one engine thread drives it.
 """
 from __future__ import annotations
@@ -30,6 +34,8 @@ from typing import Protocol
 from lcr.kv.requests import BlockRequest
 
 
+UNBOUNDED = 1 << 62
+
 #: Requests matched but not yet cached by the engine that a shadow keeps at most (an
 #: engine that never caches one, e.g. an aborted request, must not lock its path forever).
 MAX_PENDING = 1024
@@ -37,7 +43,7 @@ MAX_PENDING = 1024
 
 class ServesBlocks(Protocol):
     """An engine as the shadow sees it: a request matched (its hit tokens, its path
-    locked), then its missing blocks inserted; its capacity may change between requests."""
+    locked), then its missing blocks inserted."""
 
     capacity_tokens: int
 
@@ -49,22 +55,23 @@ class ServesBlocks(Protocol):
 
     def touch(self, node, now: int) -> None: ...
 
+    def fit(self, tokens: int, now: int) -> None: ...
+
 
 class ShadowLRU:
-    def __init__(self, twin: ServesBlocks):
+    def __init__(self, twin: ServesBlocks, live: bool = False):
         self.twin = twin
+        self.live = live
+        if live:
+            twin.capacity_tokens = UNBOUNDED  # the engine's passes bound it (``fit``)
         self.hits = 0       # LRU's hit tokens so far
         self.requests = 0
         self._pending: OrderedDict[int, object] = OrderedDict()  # request time -> admitted
 
-    def request(self, paths, tokens, now: int, complete: bool = True, room: int | None = None) -> int:
+    def request(self, paths, tokens, now: int, complete: bool = True) -> int:
         """One request (block path ids and tokens, root first) at time ``now``; LRU's hit
         tokens. ``complete=False``: its blocks are inserted at ``complete(now, ...)``, even
-        when all were hit (the engine still inserts what it generates). ``room``:
-        the tokens the engine's tree may hold now (``CacheView.room_tokens``), the twin's
-        capacity from this request on."""
-        if room is not None:
-            self.twin.capacity_tokens = max(1, room)
+        when all were hit (the engine still inserts what it generates)."""
         admitted = self.twin.admit(BlockRequest(tuple(paths), tuple(tokens)), now)
         if complete:
             self.twin.complete(admitted, now)
@@ -97,3 +104,8 @@ class ShadowLRU:
             end = progressed.last
         if now is not None and now != t:
             self.twin.touch(end, now)
+
+    def fit(self, tokens: int, now: int) -> None:
+        """A live engine's eviction pass had to bring its tree down to ``tokens``: the twin
+        evicts its least recently used leaves down to as many (its locked paths stay)."""
+        self.twin.fit(tokens, now)

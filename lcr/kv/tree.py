@@ -194,7 +194,13 @@ class RadixTree(CacheView):
             else:
                 freed += self._remove(node)
                 self.policy.on_evicted(victim)
+        self.policy.end_eviction(now)
         return freed
+
+    def fit(self, tokens: int, now: int) -> None:
+        """Evict down to ``tokens`` held, as far as the unlocked leaves allow."""
+        if self.used_tokens > tokens:
+            self.evict(self.used_tokens - tokens, None, now)
 
     def _trim(self, node: Node) -> int:
         """Drop the last block of ``node``; return its tokens."""
