@@ -20,10 +20,9 @@ allocation finds the pool full, down to what its tree holds after that pass; ``l
 mirrors that too: the twin's inserts never evict, and ``fit(tokens)`` after each of the
 engine's passes evicts the twin down to what the tree had to fit in (what it held less
 the allocation's shortfall: the tree's own overshoot, the part of its last victim it did
-not need, is not the twin's). (Sized instead by the pool left
-to the tree at each match, the twin found no room for a burst's prompts and hit 14% less
-than the LRU cache it judged under Poisson arrivals; without the generated tokens 2.7-2.9%
-more: docs/history.md.)
+not need, is not the twin's). (Sized instead by the pool left to the tree at each match,
+the twin found no room for a burst's prompts and hit 14% less than the LRU cache it judged
+under Poisson arrivals; without the generated tokens 2.7-2.9% more: docs/history.md.)
 Not thread-safe: one engine thread drives it.
 """
 from __future__ import annotations
