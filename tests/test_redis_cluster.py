@@ -141,5 +141,7 @@ def test_master_failover_leaves_every_answer_right(cluster):
     cached = cache.meta.keys.cpu()
     slots = torch.nonzero(cached >= 0).flatten()
     assert torch.equal(cache.values[slots], reference[cached[slots]])  # every cached row is right
-    assert victim not in masters(ports, servers)
+    # Nodes learn of the failure by gossip: the one asked may mark the dead master a moment after
+    # its replica took over (CI saw the promoted replica listed beside a victim not yet flagged).
+    wait_until(lambda: victim not in masters(ports, servers), 20, "the cluster to mark the killed master failed")
     store.close()
