@@ -414,3 +414,39 @@ def test_a_request_that_hits_more_than_the_twin_widens_the_window_by_b_up_to_one
 def test_bad_options_are_refused_with_one_line_naming_them(options, message):
     with pytest.raises((ValueError, TypeError), match=message):
         RadixLARU(Table({}), **options)
+
+
+class RoundTrips:
+    """``inner``'s predictions, counting the calls of each eviction pass; ``round_trip``
+    as a service client declares it."""
+
+    def __init__(self, inner, round_trip):
+        self.inner, self.round_trip, self.per_pass = inner, round_trip, []
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def begin_pass(self):
+        self.per_pass.append(0)
+
+    def predict(self, keys, now):
+        self.per_pass[-1] += 1
+        return self.inner.predict(keys, now)
+
+
+@pytest.mark.parametrize("noise", [0.0, 0.5])
+def test_a_predictor_a_round_trip_away_is_asked_once_a_pass_and_evicts_the_same(noise):
+    from lcr.kv.tree import replay_served
+
+    w = build_workload(generate("online_qa:conversations=300,seed=1"))
+    runs = {}
+    for round_trip in (False, True):
+        predictor = RoundTrips(PathOracle(w, noise), round_trip)
+        policy = RadixLARU(predictor)
+        victims, evicted = [], policy.on_evicted
+        policy.on_evicted = lambda key, evicted=evicted, victims=victims: (victims.append(key), evicted(key))
+        # batches of 10 as a server's passes: each eviction uncovers parents to predict
+        hits = replay_served(w, w.distinct_tokens // 20, policy, batch=10)
+        runs[round_trip] = hits, victims, predictor.per_pass
+    assert runs[True][:2] == runs[False][:2] and len(runs[True][1]) > 500
+    assert max(runs[True][2]) == 1 and max(runs[False][2]) > 1  # asked per uncovered leaf before

@@ -84,6 +84,7 @@ def test_serving_survives_the_service_dying_hanging_and_coming_back(port):
         policy = build_policy(config, capacity)
         guard = policy.predictor
         assert isinstance(guard.inner, ServiceNodePredictor)
+        assert guard.round_trip  # so LARU asks once a pass (tests/test_kv_laru.py)
         cache = build_cache(policy, capacity)
         stats = policy.stats
 

@@ -108,7 +108,11 @@ def check_service_url(url: str) -> str:
 
 
 class ServiceNodePredictor:
-    """Tree nodes predicted by a shared ``lcr serve-predictor`` (keys: node keys)."""
+    """Tree nodes predicted by a shared ``lcr serve-predictor`` (keys: node keys).
+    ``round_trip``: a call costs a network round trip (~1 ms) whatever its size, so the
+    radix LARU asks once an eviction round, for every cached node."""
+
+    round_trip = True
 
     def __init__(self, url: str, timeout_s: float = 0.05, retry_after_s: float = 5.0,
                  check: bool = True):

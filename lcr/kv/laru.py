@@ -72,7 +72,10 @@ CI compares the two victim by victim):
   the hit tokens plus the capacity, then LRU's choice. Needs the engine's depths.
 
 Within an eviction round each key is predicted once (``now`` does not move within a
-round, so the predictions stay exact). The window is found in C++
+round, so the predictions stay exact). A predictor a network round trip away (its
+``round_trip`` is true: the shared service) is asked once a round, for every cached node:
+the leaves a pass uncovers as it evicts are among them, and a live pass that took a call
+per uncovered parent spent ~14 round trips (~15 ms) where one costs ~2 ms. The window is found in C++
 (``lcr._native.leaf_window``): a scan of the evictable leaves, O(leaves) per pick; a
 pass inside SGLang evicts a few of a few dozen leaves, so a scan in C++ costs less than
 keeping a window in Python.
@@ -147,6 +150,7 @@ class RadixLARU(_Predictive):
         self._now = 0
         self._failed = False                # the predictor failed this round: LRU for its rest
         self._predicted: set[int] = set()   # keys predicted in this round
+        self._one_call = bool(getattr(predictor, "round_trip", False))  # every cached node at once
         self.stats.extra.update(phases=0, prediction_induced_misses=0, induced_misses_paid=0,
                                 credited_requests=0, races_won=0, races_lost=0, lru_twin_hit_tokens=0)
 
@@ -265,6 +269,8 @@ class RadixLARU(_Predictive):
         if self._failed:
             return None, oldest
         if fresh:
+            if self._one_call and not predicted:  # the round's only call: every cached node
+                fresh = list(stamps)
             if not self.predict(fresh, self._now):
                 self._failed = True
                 return None, oldest
