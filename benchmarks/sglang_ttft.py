@@ -19,8 +19,11 @@ Plans (``--plans``):
   ``--policies``;
 - ``confirm``: Aibrix-like (``aibrix``), the shared Mooncake conversation trace (its own
   order and prefix chains) and ShareGPT multi-turn chats, pool 5%, concurrency 10, then
-  open-loop Poisson arrivals at ``--open-loads`` (0.8) x LRU's measured closed-loop rate;
-  ``lru``, ``laru`` and ``--builtin``;
+  open-loop Poisson arrivals at ``--open-loads`` (0.7) x LRU's measured closed-loop rate;
+  ``lru``, ``laru`` and ``--builtin``. 0.7, the low end of the paper's 70-90%: this host's
+  closed-loop rate moves by ~15% between runs, so at 0.8 a run on a slow stretch passes
+  its capacity and its P99 is the queue that stretch built (Aibrix on 302b41d: LARU over
+  LRU 0.84-3.76x between repeats, every policy's P99 0.9-8.3 s);
 - ``robust``: Online-QA 5%, concurrency 10, LARU with predictions negated with probability
   0.5 and 1 (the paper's robustness figure, live), and ``laru-service!kill``: the predictor
   service killed halfway through the run (every request must still be answered; the
@@ -739,7 +742,7 @@ def parse_args(argv=None):
     p.add_argument("--grid-pools", default=",".join(f"{x:g}" for x in GRID_POOLS),
                    help="the grid's KV pools, as shares of the distinct prompt tokens (comma-separated)")
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--open-loads", default="0.8", help="open-loop rates as shares of LRU's c10 rate")
+    p.add_argument("--open-loads", default="0.7", help="open-loop rates as shares of LRU's c10 rate")
     p.add_argument("--model", default="small", choices=("tiny", "small"))
     p.add_argument("--out-dir", type=Path, default=RESULTS,
                    help="where sglang_ttft_<workload>_<model>.json go (one file per workload and model)")
