@@ -21,9 +21,9 @@ Plans (``--plans``):
   order and prefix chains) and ShareGPT multi-turn chats, pool 5%, concurrency 10, then
   open-loop Poisson arrivals at ``--open-loads`` (0.7) x LRU's measured closed-loop rate;
   ``lru``, ``laru`` and ``--builtin``. 0.7, the low end of the paper's 70-90%: this host's
-  closed-loop rate moves by ~15% between runs, so at 0.8 a run on a slow stretch passes
-  its capacity and its P99 is the queue that stretch built (Aibrix on 302b41d: LARU over
-  LRU 0.84-3.76x between repeats, every policy's P99 0.9-8.3 s);
+  closed-loop rate moves by ~15% between runs, and a run on a slow stretch builds a queue
+  its P99 then measures (P99 over 4 s in 5 of 18 Aibrix and chat runs at 0.8 on 302b41d,
+  1 of 18 at 0.7 on c263b73);
 - ``robust``: Online-QA 5%, concurrency 10, LARU with predictions negated with probability
   0.5 and 1 (the paper's robustness figure, live), and ``laru-service!kill``: the predictor
   service killed halfway through the run (every request must still be answered; the

@@ -74,8 +74,8 @@ CI compares the two victim by victim):
 Within an eviction round each key is predicted once (``now`` does not move within a
 round, so the predictions stay exact). A predictor a network round trip away (its
 ``round_trip`` is true: the shared service) is asked once a round, for every cached node:
-the leaves a pass uncovers as it evicts are among them, and a live pass that took a call
-per uncovered parent spent ~14 round trips (~15 ms) where one costs ~2 ms. The window is found in C++
+the leaves a pass uncovers as it evicts are among them (live passes that asked again for
+each uncovered parent took 20 ms, one call 7-10 ms, docs/kv.md). The window is found in C++
 (``lcr._native.leaf_window``): a scan of the evictable leaves, O(leaves) per pick; a
 pass inside SGLang evicts a few of a few dozen leaves, so a scan in C++ costs less than
 keeping a window in Python.
