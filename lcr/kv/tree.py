@@ -95,6 +95,8 @@ class RadixTree(CacheView):
             if need > self.free_tokens:
                 self.evict(need - self.free_tokens, paths[matched], now)
             fit, room = matched, self.free_tokens
+            if need <= room:  # all of it fits: no walk page by page
+                fit = len(paths)
             while fit < len(paths) and tokens[fit] <= room:
                 room -= tokens[fit]
                 fit += 1
