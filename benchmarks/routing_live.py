@@ -33,7 +33,6 @@ import json
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -49,6 +48,7 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
+from ports import free_port  # noqa: E402  (tests/)
 from results_file import update_entry  # noqa: E402  (benchmarks/, this script's folder)
 
 ROUTERS = ("lcr:lbgr", "lcr:cache_aware", "lcr:round_robin", "sglang:cache_aware", "sglang:round_robin")
@@ -60,12 +60,6 @@ def setting(args) -> str:
     return (f"{args.workers}w-{args.clients}c-{args.model}-{args.groups}x{args.prompts}-"
             f"{args.prefix_words}+{args.suffix_words}w-pool{args.pool_tokens}-out{args.max_new_tokens}"
             + ("-keepalive" if args.keep_alive else "") + ("" if args.pin_workers else "-unpinned"))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def env(first: str | None = None) -> dict:

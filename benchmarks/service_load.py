@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -35,19 +34,15 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
 
 from lcr.predict.http_client import CallFailed, ConnectionPool, Endpoint  # noqa: E402
 from lcr.predict.wire import CONTENT_TYPE, encode_int64, encode_observations  # noqa: E402
+from ports import free_port  # noqa: E402  (tests/)
 
 RESULTS = ROOT / "benchmarks" / "results" / "service_load.json"
 KEYS_PER_ROUND = 256
 HEADERS = {"Content-Type": CONTENT_TYPE}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def rss_mb(*pids: int) -> float:

@@ -5,23 +5,18 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import threading
 import time
 import urllib.request
 
 import uvicorn
 
+from ports import free_port  # noqa: F401  (the client tests import it from here)
+
 from lcr.predict.lightgbm_model import LightGBMConfig
 from lcr.predict.service import create_app, server_config
 
 TOKEN = "client-faults-token"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Server:

@@ -12,12 +12,13 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
 from pathlib import Path
+
+from ports import free_port  # noqa: F401  (re-exported for the routing tests)
 
 STUBS = Path(__file__).parent / "sglang_stubs"
 REPO = Path(__file__).resolve().parents[1]
@@ -60,12 +61,6 @@ def sglang_serves() -> bool:
                           timeout=300).returncode == 0
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def post(url: str, doc: dict, timeout: float = 120) -> dict:
     request = urllib.request.Request(url, json.dumps(doc).encode(), {"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=timeout) as reply:
@@ -92,30 +87,47 @@ def generate(url: str, ids: list[int], max_new_tokens: int = 2) -> tuple[dict, f
 
 
 class Server:
+    """One SGLang server on a free port. SGLang binds its port only after loading the model,
+    so another process may take the port meanwhile: the server is then started again on a
+    new port (twice at most)."""
+
+    RESTARTS = 2
+
     def __init__(self, model: Path, policy: str, log: Path, pool_tokens: int,
                  extra_args: tuple[str, ...] = (), env: dict[str, str] | None = None):
+        self.log = log
+        self._argv = [sys.executable, "-m", "sglang_patch.launch_server", "--cache-policy", policy,
+                      "--model-path", str(model), "--device", "cpu", "--attention-backend", "torch_native",
+                      "--max-total-tokens", str(pool_tokens), "--skip-server-warmup", "--log-level", "info",
+                      *extra_args]
+        self._env = {**os.environ, "SGLANG_USE_CPU_ENGINE": "1", "PYTHONPATH": pythonpath(), **(env or {})}
+        self._start()
+
+    def _start(self) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        env = {**os.environ, "SGLANG_USE_CPU_ENGINE": "1", "PYTHONPATH": pythonpath(), **(env or {})}
-        self.log = log
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "sglang_patch.launch_server", "--cache-policy", policy,
-             "--model-path", str(model), "--device", "cpu", "--attention-backend", "torch_native",
-             "--max-total-tokens", str(pool_tokens), "--port", str(self.port), "--skip-server-warmup",
-             "--log-level", "info", *extra_args],
-            env=env, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc = subprocess.Popen([*self._argv, "--port", str(self.port)], env=self._env,
+                                     stdout=self.log.open("w"), stderr=subprocess.STDOUT,
+                                     start_new_session=True)
 
     def wait_ready(self, timeout: float = 600) -> None:
         deadline = time.time() + timeout
+        restarts = self.RESTARTS
         while time.time() < deadline:
             if self.proc.poll() is not None:
-                raise AssertionError(f"server exited:\n{self.log.read_text()[-12000:]}")
+                text = self.log.read_text()
+                if "address already in use" in text and restarts:
+                    restarts -= 1
+                    self.stop()
+                    self._start()
+                    continue
+                raise AssertionError(f"server exited:\n{_failure(text)}")
             try:
                 urllib.request.urlopen(self.url + "/health", timeout=5)
                 return
             except OSError:
                 time.sleep(2)
-        raise AssertionError(f"server not ready:\n{self.log.read_text()[-12000:]}")
+        raise AssertionError(f"server not ready:\n{_failure(self.log.read_text())}")
 
     def metrics(self) -> dict[str, float]:
         with urllib.request.urlopen(self.url + "/metrics", timeout=30) as reply:
@@ -159,6 +171,13 @@ class Server:
 
     def __exit__(self, *exc):
         self.stop()
+
+
+def _failure(log: str) -> str:
+    """The log's error lines first (a CI report may keep only the start of a long
+    message), then its tail."""
+    errors = [line for line in log.splitlines() if "ERROR" in line or "Error:" in line]
+    return "\n".join(errors[-20:]) + "\n--- log tail ---\n" + log[-8000:]
 
 
 def prometheus_totals(text: str) -> dict[str, float]:

@@ -26,15 +26,10 @@ from lcr.predict.lightgbm_model import LightGBMConfig, LightGBMPredictor  # noqa
 from lcr.predict.remote import RemotePredictor  # noqa: E402
 from lcr.predict.service import create_app, server_config  # noqa: E402
 from lcr.predict.wire import encode_int64, encode_observations  # noqa: E402
+from ports import free_port  # noqa: E402
 
 TOKEN = "test-token"
 PROCESSES = multiprocessing.get_context("forkserver")  # the service's model processes start this way
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class ServerThread:

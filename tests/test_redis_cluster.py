@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import shutil
 import signal
-import socket
 import subprocess
 import time
 
@@ -15,6 +14,7 @@ redis = pytest.importorskip("redis")
 
 import lcr  # noqa: E402
 from lcr.embedding.stores import RedisStore, StoreError  # noqa: E402
+from ports import free_port  # noqa: E402
 
 pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None or shutil.which("redis-cli") is None,
                                 reason="redis-server/redis-cli not installed (.ci/run installs them)")
@@ -22,19 +22,11 @@ pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None or shutil.w
 
 def free_cluster_ports(count: int) -> list[int]:
     """Ports p with p + 10000 (the cluster bus) free as well."""
-    ports = []
+    ports: list[int] = []
     while len(ports) < count:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port + 10000 > 65535 or port in ports:
-            continue
-        with socket.socket() as bus:
-            try:
-                bus.bind(("127.0.0.1", port + 10000))
-            except OSError:
-                continue
-        ports.append(port)
+        port = free_port(offsets=(0, 10000))
+        if port not in ports:
+            ports.append(port)
     return ports
 
 
