@@ -9,6 +9,8 @@ import multiprocessing
 import os
 import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 import urllib.error
@@ -195,6 +197,48 @@ def test_killed_service_falls_back_within_the_deadline(caplog):
             assert np.isnan(values).all()
     assert client.metrics["fallbacks"] == 3
     assert sum("unavailable" in r.message for r in caplog.records) == 1  # warned once
+
+
+def test_the_forkserver_imports_only_the_served_model():
+    """A killed service's forkserver tears down what it imported, on the serving host's
+    cores (LightGBM's share held a 2-core SGLang host ~0.2 s): `lcr serve-predictor --model
+    residual` must not preload LightGBM; the LightGBM model still does (its processes start
+    without importing it again)."""
+    from lcr.predict.model_process import preloaded_modules
+    from lcr.predict.service import model_factory
+
+    assert preloaded_modules(model_factory(LightGBMConfig())) == ["lightgbm", "lcr.predict.lightgbm_model"]
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "lcr", "serve-predictor", "--port", str(port), "--model",
+                             "residual"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1).read()
+                break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline, "the service did not start"
+                time.sleep(0.1)
+        forkservers = [cmdline for cmdline in _session_cmdlines(proc.pid) if "forkserver import main" in cmdline]
+        assert forkservers and all("served_residual" in c and "lightgbm" not in c for c in forkservers), forkservers
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+
+
+def _session_cmdlines(session: int) -> list[str]:
+    """The command lines of the processes in ``session`` (Linux /proc)."""
+    out = []
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = open(f"/proc/{entry}/stat").read()
+            if int(stat[stat.rindex(")") + 2:].split()[3]) == session:
+                out.append(open(f"/proc/{entry}/cmdline").read().replace("\0", " "))
+        except (OSError, ValueError):
+            continue  # gone meanwhile
+    return out
 
 
 def test_silent_service_times_out_at_the_deadline():
