@@ -741,7 +741,7 @@ def parse_args(argv=None):
                    help="the confirming plan's workloads (comma-separated)")
     p.add_argument("--grid-pools", default=",".join(f"{x:g}" for x in GRID_POOLS),
                    help="the grid's KV pools, as shares of the distinct prompt tokens (comma-separated)")
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--open-loads", default="0.7", help="open-loop rates as shares of LRU's c10 rate")
     p.add_argument("--model", default="small", choices=("tiny", "small"))
     p.add_argument("--out-dir", type=Path, default=RESULTS,
