@@ -118,7 +118,7 @@ class Server:
                 text = self.log.read_text()
                 if "address already in use" in text and restarts:
                     restarts -= 1
-                    self.stop()
+                    self._kill_session()  # whatever of the failed start is left
                     self._start()
                     continue
                 raise AssertionError(f"server exited:\n{_failure(text)}")
@@ -156,6 +156,12 @@ class Server:
         """SGLang's own /freeze_gc: what exists now (imports, the first requests' caches)
         leaves the collector's walks, as a launch does after its warm-up."""
         urllib.request.urlopen(urllib.request.Request(self.url + "/freeze_gc", method="POST"), timeout=60).read()
+
+    def _kill_session(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:  # nothing of it left
+            pass
 
     def stop(self) -> None:
         if self.proc.poll() is None:

@@ -81,6 +81,24 @@ def test_laru_beats_lru_on_interleaved_chats_on_cpu(tiny_llama, tmp_path):
     assert not lru["lcr"]  # stock SGLang: no lcr backend
 
 
+def test_a_server_whose_port_was_taken_starts_on_another(tiny_llama, tmp_path, monkeypatch):
+    """SGLang binds its port only after loading the model; a port another process took
+    meanwhile (stop 63's CI failure) must cost a restart, not the test."""
+    import socket
+
+    import sglang_server
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", sglang_server.free_port()))
+        taken.listen()
+        draws, real = iter([taken.getsockname()[1]]), sglang_server.free_port
+        monkeypatch.setattr(sglang_server, "free_port", lambda: next(draws, None) or real())
+        with Server(tiny_llama, "lru", tmp_path / "lru.log", POOL_TOKENS) as server:
+            assert server.port != taken.getsockname()[1]
+            meta, _, _ = generate(server.url, [1, 5, 9, 13])
+            assert meta.get("completion_tokens", 0) > 0
+
+
 def test_lpc_reads_each_chat_requests_turns_live_on_cpu(tmp_path):
     """--cache-policy lpc on a live server: chat completions (ChatML, rendered by SGLang to
     ids) reach the policy as text split into user turns and are predicted, none of them
