@@ -493,7 +493,7 @@ class PredictorService:
     process, shared."""
 
     def __init__(self, logdir: Path, model: str = "residual"):
-        from sglang_server import free_port
+        from ports import free_port
 
         self.port, self.logdir, self.model, self.proc = free_port(), logdir, model, None
         self.url = f"http://127.0.0.1:{self.port}"

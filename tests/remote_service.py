@@ -11,7 +11,7 @@ import urllib.request
 
 import uvicorn
 
-from ports import free_port  # noqa: F401  (the client tests import it from here)
+from ports import free_port
 
 from lcr.predict.lightgbm_model import LightGBMConfig
 from lcr.predict.service import create_app, server_config

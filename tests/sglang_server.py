@@ -18,7 +18,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from ports import free_port  # noqa: F401  (re-exported for the routing tests)
+from ports import free_port
 
 STUBS = Path(__file__).parent / "sglang_stubs"
 REPO = Path(__file__).resolve().parents[1]
