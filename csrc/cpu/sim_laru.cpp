@@ -60,8 +60,8 @@ public:
     };
 
     LaruCache(int64_t k, int64_t n_ids, const LaruParams& params, const Predictions& pred, Counters& c,
-              int64_t n_expert_trees, const LaruCache* predictions_shadow = nullptr)
-        : k_(k), params_(params), pred_(pred), c_(c), predictions_shadow_(predictions_shadow),
+              int64_t n_expert_trees)
+        : k_(k), params_(params), pred_(pred), c_(c),
           cache_(k, n_ids, n_expert_trees > 0), key_(n_ids),
           shadowed_(params.credit || params.guard >= 0),
           lru_shadow_(shadowed_ ? k : 0, shadowed_ ? n_ids : 0) {
@@ -69,6 +69,10 @@ public:
     }
 
     int64_t misses() const { return misses_; }
+
+    // With experts: `shadow` (the predictions' or an expert's) widens the guard's budget
+    // by what it has saved against LRU (guard_budget).
+    void watch_shadow(const LaruCache& shadow) { shadows_.push_back(&shadow); }
 
     // The rank this cache's own tree holds for `id` changed (an expert's shadow: its expert re-ranked it).
     void rerank_own(int32_t id, double rank) {
@@ -163,14 +167,16 @@ private:
         return victim;
     }
 
-    // LARU._guard_budget: (1 + guard) x LRU's misses, plus what the predictions' shadow
+    // LARU._guard_budget: (1 + guard) x LRU's misses, plus what the best watched shadow
     // has saved against LRU so far, up to guard x LRU's misses.
     double guard_budget() const {
         const auto lru = static_cast<double>(lru_misses_);
         double saved = 0.0;
-        if (predictions_shadow_ != nullptr)
-            saved = std::min(static_cast<double>(std::max<int64_t>(0, lru_misses_ - predictions_shadow_->misses())),
-                             params_.guard * lru);
+        if (!shadows_.empty()) {
+            int64_t best = shadows_.front()->misses();
+            for (const LaruCache* shadow : shadows_) best = std::min(best, shadow->misses());
+            saved = std::min(static_cast<double>(std::max<int64_t>(0, lru_misses_ - best)), params_.guard * lru);
+        }
         return (1 + params_.guard) * lru + saved;
     }
 
@@ -190,7 +196,7 @@ private:
     LaruParams params_;
     const Predictions& pred_;
     Counters& c_;
-    const LaruCache* predictions_shadow_;  // with experts: its savings widen the guard's budget
+    std::vector<const LaruCache*> shadows_;  // with experts: their best savings widen the guard's budget
     RecencyTree cache_;
     std::vector<RecencyTree> by_expert_;
     std::vector<KeyState> key_;  // one cache line per key touched
@@ -241,6 +247,7 @@ public:
         return r;
     }
     int64_t misses() const { return shadow_.misses(); }
+    const LaruCache& shadow() const { return shadow_; }
 
 private:
     double rank(int32_t id, int64_t t, Reranked& reranked) {
@@ -321,11 +328,13 @@ void run_laru(const Requests& req, Recorder& rec, Counters& c, int64_t k, const 
     // one LARU per expert; the cache follows the expert whose shadow misses least.
     std::vector<Counters> shadow_counters(n_experts + 1);
     LaruCache predicted(k, req.n_ids, params.without_experts(), pred, shadow_counters[0], 0);
-    LaruCache cache(k, req.n_ids, params, pred, c, n_experts, &predicted);
+    LaruCache cache(k, req.n_ids, params, pred, c, n_experts);
     std::vector<Expert> experts;
-    experts.reserve(n_experts);  // each shadow keeps a reference to its counters: no reallocation
+    experts.reserve(n_experts);  // shadows keep their counters, and the cache watches them, by address
     for (const Expert::Kind kind : {Expert::kIntervals, Expert::kDecay, Expert::kFirst})
         experts.emplace_back(kind, k, req.n_ids, params, shadow_counters[experts.size() + 1]);
+    cache.watch_shadow(predicted);
+    for (const Expert& expert : experts) cache.watch_shadow(expert.shadow());
     auto leader = [&]() -> int64_t {  // lcr.policies.laru.LARU._leading_expert
         int64_t best = 0;
         for (int64_t e = 1; e < n_experts; ++e)

@@ -36,12 +36,12 @@ have been requested since they last differed, so LARU with a guard misses at mos
 guard) x LRU's misses + k, whatever the predictions. Oracle predictions never exceed
 LRU's misses (OPT is optimal on every prefix of the requests), so the guard never acts
 and LARU still makes OPT's decisions. With the experts, the budget also grows by what the
-predictions' shadow (below) has saved against LRU so far: the cache may fall behind LRU
-following an expert, or the predictions from another state, and a budget of LRU's misses
-alone would then hold it to recency for good (it can only earn the budget back at g per
-LRU miss) while its predictions gain. The growth is at most guard x LRU's misses, so
-the bound becomes (1 + 2 guard) x LRU's misses + k; predictions no better than LRU save
-nothing, and it stays (1 + guard) x LRU's + k.
+best of the shadows (below: the predictions' and the experts') has saved against LRU so
+far: the cache may fall behind LRU following an expert, or the predictions from another
+state, and a budget of LRU's misses alone would then hold it to recency for good (it can
+only earn the budget back at g per LRU miss) while the shadow it follows gains. The
+growth is at most guard x LRU's misses, so the bound becomes (1 + 2 guard) x LRU's
+misses + k; where no shadow beats LRU it stays (1 + guard) x LRU's + k.
 
 ``intervals`` (lcr's extension) switches on LARU's heuristic experts
 (``lcr.policies.laru_experts``: each key's own smoothed interval, frequency with aging,
@@ -255,14 +255,15 @@ class LARU(Policy):
         return self.guard is not None and self.stats.misses + 1 > self._guard_budget()
 
     def _guard_budget(self) -> float:
-        """(1 + guard) x LRU's misses, plus (with experts) what the predictions' shadow has
-        saved against LRU, up to guard x LRU's misses: excess misses the cache took on
-        following an expert, or the predictions from another state, must not hold it to
-        LRU while the predictions gain."""
+        """(1 + guard) x LRU's misses, plus (with experts) what the best shadow has saved
+        against LRU, up to guard x LRU's misses: excess misses the cache took on following
+        an expert, or the predictions from another state, must not hold it to LRU while
+        the shadow it follows gains."""
         lru = self.lru_shadow.stats.misses
         saved = 0.0
-        if self.predicted_shadow is not None:
-            saved = min(max(0, lru - self.predicted_shadow.stats.misses), self.guard * lru)
+        if self.shadows is not None:
+            best = min(shadow.stats.misses for shadow in self.shadows)
+            saved = min(max(0, lru - best), self.guard * lru)
         return (1 + self.guard) * lru + saved
 
     def _start_phase(self) -> None:
