@@ -714,7 +714,7 @@ def test_weak_model_keeps_laru_within_two_percent_of_lru_and_oracle_gives_opt():
         lru = len(trace) - native_replay(trace, "lru", capacity).hits.sum()
         weak = replayed_predictions(trace, LightGBMConfig(background=False, weak=True, capacity=capacity))
         assert np.isfinite(weak[len(trace) // 2:]).all()  # the weak model did answer
-        for rule in (PAPER_RULE, {}):  # the paper's rule, and the default (guarded: 1.005 x LRU + k)
+        for rule in (PAPER_RULE, {}):  # the paper's rule, and the default (guarded; unwidened here: 1.005 x LRU + k)
             laru = len(trace) - native_replay(trace, "laru", capacity, weak, mode="async", **rule).hits.sum()
             assert laru <= (1.02 * lru if rule else 1.005 * lru + capacity), (capacity, rule, laru, lru)
         opt = native_replay(trace, "opt", capacity).hits.sum()
