@@ -26,6 +26,7 @@ struct LaruParams {
     bool intervals = false;
 
     int64_t n_experts() const { return intervals ? 3 : 0; }
+    bool needs_twin() const { return credit || guard >= 0; }
     LaruParams without_experts() const {
         LaruParams p = *this;
         p.intervals = false;
@@ -52,6 +53,25 @@ constexpr double kOnceFloor = 2251799813685248.0;
 // With `n_expert_trees`, one more tree per expert holds the same ids under that expert's
 // ranks, so that eviction can follow it, and the cache's own tree keeps the first-seen
 // expert's rank as its second rank, to break the predictions' ties.
+// What an LRU cache of LARU's size does with each request, for credit and the guard: one
+// per replay, read by the cache and every shadow (LRU caches of one size fed the same
+// requests hold the same keys), advanced once per request before any of them.
+class LruTwin {
+public:
+    LruTwin(int64_t k, int64_t n_ids) : lru_(k, n_ids) {}
+    void access(int32_t id) {
+        hit_ = lru_.access(id).hit;
+        misses_ += !hit_;
+    }
+    bool hit() const { return hit_; }
+    int64_t misses() const { return misses_; }
+
+private:
+    LruCache lru_;
+    bool hit_ = true;
+    int64_t misses_ = 0;
+};
+
 class LaruCache {
 public:
     struct Step {
@@ -59,12 +79,11 @@ public:
         int32_t victim;  // -1: nothing evicted
     };
 
+    // `twin`: the replay's LRU twin, which credit and the guard need (params.needs_twin()).
     LaruCache(int64_t k, int64_t n_ids, const LaruParams& params, const Predictions& pred, Counters& c,
-              int64_t n_expert_trees)
-        : k_(k), params_(params), pred_(pred), c_(c),
-          cache_(k, n_ids, n_expert_trees > 0), key_(n_ids),
-          shadowed_(params.credit || params.guard >= 0),
-          lru_shadow_(shadowed_ ? k : 0, shadowed_ ? n_ids : 0) {
+              int64_t n_expert_trees, const LruTwin* twin)
+        : k_(k), params_(params), pred_(pred), c_(c), twin_(twin),
+          cache_(k, n_ids, n_expert_trees > 0), key_(n_ids) {
         for (int64_t e = 0; e < n_expert_trees; ++e) by_expert_.emplace_back(k, n_ids);
     }
 
@@ -91,8 +110,7 @@ public:
     // asked at a window eviction the predictions would make.
     template <class Leader>
     Step access(int32_t id, double rank, const double* expert_ranks, Leader&& leader) {
-        const bool lru_hit = !shadowed_ || lru_shadow_.access(id).hit;
-        lru_misses_ += !lru_hit;
+        const bool lru_hit = twin_ == nullptr || twin_->hit();
         if (cache_.contains(id)) {
             leave_old(id);
             if (params_.credit && !lru_hit) {  // the predictions kept a key LRU would have lost
@@ -170,12 +188,13 @@ private:
     // LARU._guard_budget: (1 + guard) x LRU's misses, plus what the best watched shadow
     // has saved against LRU so far, up to guard x LRU's misses.
     double guard_budget() const {
-        const auto lru = static_cast<double>(lru_misses_);
+        const int64_t lru_misses = twin_->misses();
+        const auto lru = static_cast<double>(lru_misses);
         double saved = 0.0;
         if (!shadows_.empty()) {
             int64_t best = shadows_.front()->misses();
             for (const LaruCache* shadow : shadows_) best = std::min(best, shadow->misses());
-            saved = std::min(static_cast<double>(std::max<int64_t>(0, lru_misses_ - best)), params_.guard * lru);
+            saved = std::min(static_cast<double>(std::max<int64_t>(0, lru_misses - best)), params_.guard * lru);
         }
         return (1 + params_.guard) * lru + saved;
     }
@@ -203,10 +222,7 @@ private:
     int64_t old_count_ = 0;
     int64_t induced_in_phase_ = 0;
     int64_t misses_ = 0;
-    // What plain LRU would hold, and its misses so far (credit and guard read them).
-    bool shadowed_;
-    LruCache lru_shadow_;
-    int64_t lru_misses_ = 0;
+    const LruTwin* twin_;  // what plain LRU would hold (credit and the guard read it)
 };
 
 // One heuristic expert (lcr.policies.laru_experts) and its shadow LARU.
@@ -214,10 +230,10 @@ class Expert {
 public:
     enum Kind { kIntervals, kDecay, kFirst };
 
-    Expert(Kind kind, int64_t k, int64_t n_ids, const LaruParams& params, Counters& counters)
+    Expert(Kind kind, int64_t k, int64_t n_ids, const LaruParams& params, Counters& counters, const LruTwin* twin)
         : kind_(kind), tau_(10 * static_cast<double>(k) / std::log(2.0)),  // halves every 10 k requests
           probation_limit_(resident_hir_slots(k)),
-          shadow_(k, n_ids, params.for_expert_shadow(), counted_nowhere_, counters, 0) {
+          shadow_(k, n_ids, params.for_expert_shadow(), counted_nowhere_, counters, 0, twin) {
         last_.assign(n_ids, -1);
         value_.assign(n_ids, 0.0);
         if (kind == kFirst) in_probation_.assign(n_ids, 0);
@@ -318,21 +334,26 @@ void run_laru(const Requests& req, Recorder& rec, Counters& c, int64_t k, const 
         step.hit ? rec.hit(t) : step.victim >= 0 ? rec.miss(t, step.victim) : rec.miss(t);
     };
     const int64_t n_experts = params.n_experts();
+    LruTwin lru_twin(params.needs_twin() ? k : 0, params.needs_twin() ? req.n_ids : 0);
+    const LruTwin* twin = params.needs_twin() ? &lru_twin : nullptr;
     if (n_experts == 0) {
-        LaruCache cache(k, req.n_ids, params, pred, c, 0);
-        for (int64_t t = 0; t < req.n; ++t) record(t, cache.access(req.ids[t], pred.rank(t), nullptr, never));
+        LaruCache cache(k, req.n_ids, params, pred, c, 0, twin);
+        for (int64_t t = 0; t < req.n; ++t) {
+            if (twin != nullptr) lru_twin.access(req.ids[t]);
+            record(t, cache.access(req.ids[t], pred.rank(t), nullptr, never));
+        }
         c.predict_on_access(pred, req.n);
         return;
     }
     // Shadows (keys only, same parameters) beside the cache: LARU over the predictions and
     // one LARU per expert; the cache follows the expert whose shadow misses least.
     std::vector<Counters> shadow_counters(n_experts + 1);
-    LaruCache predicted(k, req.n_ids, params.without_experts(), pred, shadow_counters[0], 0);
-    LaruCache cache(k, req.n_ids, params, pred, c, n_experts);
+    LaruCache predicted(k, req.n_ids, params.without_experts(), pred, shadow_counters[0], 0, twin);
+    LaruCache cache(k, req.n_ids, params, pred, c, n_experts, twin);
     std::vector<Expert> experts;
     experts.reserve(n_experts);  // shadows keep their counters, and the cache watches them, by address
     for (const Expert::Kind kind : {Expert::kIntervals, Expert::kDecay, Expert::kFirst})
-        experts.emplace_back(kind, k, req.n_ids, params, shadow_counters[experts.size() + 1]);
+        experts.emplace_back(kind, k, req.n_ids, params, shadow_counters[experts.size() + 1], twin);
     cache.watch_shadow(predicted);
     for (const Expert& expert : experts) cache.watch_shadow(expert.shadow());
     auto leader = [&]() -> int64_t {  // lcr.policies.laru.LARU._leading_expert
@@ -346,6 +367,7 @@ void run_laru(const Requests& req, Recorder& rec, Counters& c, int64_t k, const 
     std::vector<double> expert_ranks(n_experts);
     for (int64_t t = 0; t < req.n; ++t) {
         const int32_t id = req.ids[t];
+        if (twin != nullptr) lru_twin.access(id);  // before the cache and every shadow read it
         for (int64_t e = 0; e < n_experts; ++e) {
             Expert::Reranked reranked;
             expert_ranks[e] = experts[e].access(id, t, never, reranked);
