@@ -535,6 +535,15 @@ def test_laru_guard_budget_grows_with_what_an_experts_shadow_saved():
     assert laru.stats.misses <= (1 + 2 * laru.guard) * lru + capacity
 
 
+def test_wtinylfu_at_two_keys_keeps_the_key_it_hit():
+    """k = 2: a window slot and one main slot, which libCacheSim's 1/5 and 4/5 split rounds to
+    no segment at all; the slot is probation's, so a hit is not demoted and evicted at once
+    (found by the invariants test above: keys 0, 1, 2, 0 left only key 2 cached)."""
+    policy, predictor = build("wtinylfu", Trace(np.array([0, 1, 2, 0])), 2)
+    hits = [policy.access(key, t) for t, key in enumerate([0, 1, 2, 0])]
+    assert hits == [False, False, False, True] and set(policy) == {0, 2}
+
+
 def test_laru_guard_bound_fails_without_it():
     # The case the test above rests on: unguarded, inverted predictions lose 17% to LRU.
     trace = generate(SYNTHETIC[0])

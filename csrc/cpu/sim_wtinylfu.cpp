@@ -59,7 +59,9 @@ py::tuple replay_wtinylfu(const Array<int32_t>& ids, const Array<int64_t>& keys,
     const int64_t* key_at = keys.data();
     return run_core(ids, n_ids, record_evictions, [&](const Requests& req, Recorder& rec, Counters&) {
         RecencyList window(req.n_ids), probation(req.n_ids), protect(req.n_ids);  // oldest() = LRU end
-        const int64_t seg0 = int64_t(1.0 / 5 * double(main_size)), seg1 = int64_t(4.0 / 5 * double(main_size));
+        const int64_t seg1 = int64_t(4.0 / 5 * double(main_size));
+        int64_t seg0 = int64_t(1.0 / 5 * double(main_size));
+        if (main_size > 0 && seg0 + seg1 == 0) seg0 = 1;  // k = 2: WTinyLFU.segment_size
         Sketch sketch(key_at, req.n_ids, std::max<int64_t>(1, main_size));
         const int64_t halve_every = 32 * main_size;
         int64_t main_hits = 0;

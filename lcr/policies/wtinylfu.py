@@ -18,7 +18,7 @@ frequency sketch (``lcr.policies.sketch``).
 
 Differs from libCacheSim only below k = 100, where libCacheSim's window has int(0.01 k)
 = 0 slots and it caches nothing; here the window has at least one slot (for k = 1 it is
-the whole cache).
+the whole cache), and at k = 2 main's one slot is probation's.
 """
 from __future__ import annotations
 
@@ -40,7 +40,10 @@ class WTinyLFU(Policy):
             raise ValueError(f"wtinylfu window must lie in (0, 1), got {window}")
         self.window_size = max(1, int(self.capacity * window))
         self.main_size = self.capacity - self.window_size  # 0 for k = 1: the window alone
-        self.segment_size = (int(1 / 5 * self.main_size), int(4 / 5 * self.main_size))  # libCacheSim's rounding
+        probation, protected = int(1 / 5 * self.main_size), int(4 / 5 * self.main_size)  # libCacheSim's rounding
+        if self.main_size and not probation + protected:  # k = 2: the one main slot is probation's
+            probation = 1  # (with none, a hit key would be demoted from protected and evicted)
+        self.segment_size = (probation, protected)
         self.window: OrderedDict[int, None] = OrderedDict()  # oldest first
         self.probation: OrderedDict[int, None] = OrderedDict()
         self.protected: OrderedDict[int, None] = OrderedDict()
