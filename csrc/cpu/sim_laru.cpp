@@ -48,11 +48,6 @@ constexpr int64_t kFirstExpert = 2;            // its index (EXPERTS: intervals,
 // FirstSeenRanks.ONCE_FLOOR, 2^51: its ranks of keys seen once are at least this.
 constexpr double kOnceFloor = 2251799813685248.0;
 
-// One LARU cache of k ids. Each access brings the key's rank (the prediction, or an
-// expert's answer for that expert's shadow); `pred` only counts the predictor's calls.
-// With `n_expert_trees`, one more tree per expert holds the same ids under that expert's
-// ranks, so that eviction can follow it, and the cache's own tree keeps the first-seen
-// expert's rank as its second rank, to break the predictions' ties.
 // What an LRU cache of LARU's size does with each request, for credit and the guard: one
 // per replay, read by the cache and every shadow (LRU caches of one size fed the same
 // requests hold the same keys), advanced once per request before any of them.
@@ -72,6 +67,11 @@ private:
     int64_t misses_ = 0;
 };
 
+// One LARU cache of k ids. Each access brings the key's rank (the prediction, or an
+// expert's answer for that expert's shadow); `pred` only counts the predictor's calls.
+// With `n_expert_trees`, one more tree per expert holds the same ids under that expert's
+// ranks, so that eviction can follow it, and the cache's own tree keeps the first-seen
+// expert's rank as its second rank, to break the predictions' ties.
 class LaruCache {
 public:
     struct Step {
