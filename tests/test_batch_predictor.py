@@ -79,8 +79,15 @@ def test_the_async_batch_predictor_never_waits_and_skips_what_it_has_no_time_for
         assert model.observed == [0, 40] and keys.tolist() == list(range(40, 50))
         assert values.tolist() == [40.0] * 10 and predictor.collect() is None
         assert (predictor.seen, predictor.skipped) == (20, 30) and predictor.seen_share == 0.4
+        predictor.submit(np.arange(50, 60), 50)
+        model.started.clear()
+        model.started.wait(5)  # batch 50 in progress
+        predictor.submit(np.arange(60, 70), 60)  # queued: close() drops it, counted
+        began = time.perf_counter()
     finally:
         predictor.close()
+    assert time.perf_counter() - began < 1.5  # waited for batch 50 only
+    assert (predictor.seen, predictor.skipped) == (30, 40) and model.observed == [0, 40, 50]
 
 
 def test_a_failing_model_costs_the_serving_loop_a_warning_per_outage(caplog):
@@ -108,8 +115,9 @@ def test_a_failing_model_costs_the_serving_loop_a_warning_per_outage(caplog):
             failing.collect()
 
 
-def test_the_sync_batch_predictor_waits_for_a_slow_model():
-
+def test_the_sync_batch_predictor_waits_for_a_slow_model_and_observes_every_batch():
+    """Sync mode waits for the batch before the last one; close() lets the thread observe
+    every batch handed over (one in progress and one queued behind it) before it stops."""
     model = _SlowModel(0.2)
     predictor = BatchPredictor(model, wait=True)
     try:
@@ -117,9 +125,11 @@ def test_the_sync_batch_predictor_waits_for_a_slow_model():
             predictor.submit(np.arange(start, start + 10), start)
             predictor.collect()
         assert model.observed[:3] == [0, 10, 20] and predictor.wait_s > 0.3
-        assert predictor.skipped == 0
+        predictor.submit(np.arange(40, 50), 40)  # queued behind 30, still in progress
     finally:
         predictor.close()
+    assert model.observed == [0, 10, 20, 30, 40]
+    assert (predictor.seen, predictor.skipped) == (50, 0)
 
 
 def test_the_online_model_learns_on_the_predictor_thread():
@@ -169,7 +179,7 @@ def test_sls_with_a_sync_batch_predictor_makes_the_decisions_of_predictions_writ
             by_hand.observe_batch(batch.numpy(), start)
             keys = np.unique(batch.numpy())
             answers.append((keys, by_hand.predict(keys, start + 200)))
-        assert predictor.seen == len(lookups)
+    assert predictor.seen == len(lookups)  # close() waited for the last batches
     assert threaded.cached_keys() == manual.cached_keys()
     assert (threaded.hits, threaded.misses) == (manual.hits, manual.misses)
     for name in vars(threaded.meta):

@@ -83,7 +83,7 @@ class BatchPredictor:
     raises the model's exception from ``collect()`` instead. Thread-safe: each call is
     atomic under one lock (``apply`` then writes under the cache's own), but "the batch
     before the last one" of sync mode means one serving loop's batches. ``close()`` (or
-    ``with``) stops the thread."""
+    ``with``) stops the thread (sync: once it has observed every batch handed over)."""
 
     def __init__(self, model, wait: bool = False, raise_errors: bool = False):
         self.model, self.wait, self.raise_errors = model, wait, raise_errors
@@ -193,9 +193,12 @@ class BatchPredictor:
             self.seen = self.skipped = self.failures = 0
 
     def close(self) -> None:
+        """Stop the thread: sync mode first observes every batch handed over (its promise);
+        async mode drops the batches the thread has not started (counted in ``skipped``)."""
         with self._cv:
             self._closed = True
-            self._mailbox.clear()
+            while not self.wait and self._mailbox:
+                self.skipped += len(self._mailbox.popleft()[0])
             self._cv.notify_all()
         self._thread.join()
 
