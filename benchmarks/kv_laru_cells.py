@@ -69,7 +69,7 @@ def run_cell(job) -> dict:
         extra = policy.stats.extra  # rule 7's races: the share the predictions win (docs/kv.md)
         cell["laru"][mode] = {"hit_tokens": hits, "ratio": hits / (opt if mode == "p0" else lru),
                               "races_won": extra["races_won"], "races_lost": extra["races_lost"],
-                              "seconds": round(time.perf_counter() - started, 2)}
+                              "leads_forgiven": extra["leads_forgiven"], "seconds": round(time.perf_counter() - started, 2)}
     return cell
 
 
@@ -92,6 +92,14 @@ def cells(pool: Pool, traces: list[str]) -> None:
         if shares:
             print(f"races the {name} predictions win: {min(shares):.1%}-{max(shares):.1%} "
                   f"({len(shares)} cells deciding 30 or more)", flush=True)
+    print_forgiven(results)
+
+
+def print_forgiven(results: list[dict]) -> None:
+    """Rule 6's forgiven leads, over every LARU run of ``results``: a replay's twin is
+    exact, so a stretch that falls behind it has shown a cost first (docs/kv.md)."""
+    forgiven = sum(run["leads_forgiven"] for cell in results for run in cell["laru"].values())
+    print(f"trusted stretches behind the twin forgiven (rule 6): {forgiven}", flush=True)
 
 
 def seeds(pool: Pool, traces: list[str]) -> None:
@@ -115,6 +123,7 @@ def seeds(pool: Pool, traces: list[str]) -> None:
         s = summary[name]
         print(f"| {name} | {s['learned_min']:.4f} | {s['learned_median']:.4f} | "
               f"{s['cells_at_or_above_lru']} of {s['cells']} | {s['inverted_min']:.4f} |")
+    print_forgiven(results)
     update_entry(RESULTS, "seeds", {"summary": summary, "cells": results})
 
 

@@ -221,6 +221,7 @@ def test_the_twin_is_compared_with_from_the_first_eviction_a_prediction_decides(
     policy.hit_tokens, policy.shadow.hits = 9900, 10400  # 9,900 + 400 forgiven against 10,400
     policy.begin_eviction(None, 7)
     assert policy.trusted
+    policy.on_access([2], 8, [10])  # the predictions' victim came back before 0: a race lost
     policy.shadow.hits = 10505  # 10,300 against 10,505: more than 1% behind
     policy.begin_eviction(None, 8)
     assert not policy.trusted and policy.pick_victim({0, 1, 3, 4, 5}, 8) == 0
@@ -252,16 +253,64 @@ def test_a_phase_follows_predictions_only_within_slack_of_lru_and_turns_lru_when
     policy = policy_at(100, 100)
     assert policy.trusted and policy.pick_victim(set(range(6)), 6) == 2
     policy.on_evicted(2)
+    policy.on_access([2], 7, [10])  # a race lost: the stretch has shown a cost
     policy.shadow.hits = 200  # the trusted phase fell behind: LRU for its rest
     policy.begin_eviction(None, 7)
     assert not policy.trusted and policy.pick_victim({0, 1, 3, 4, 5}, 7) == 0
     policy.shadow.hits = 0  # caught up again: still LRU until the phase ends
     policy.begin_eviction(None, 8)
-    assert policy.pick_victim({1, 3, 4, 5}, 8) == 1
+    assert policy.pick_victim({1, 2, 3, 4, 5}, 8) == 1
     # An engine that sends no requests leaves no shadow: LRU's hits count as 0.
     policy = filled(6, {2: 9.0})
     policy.begin_eviction(None, 6)
     assert policy.shadow is None and policy.pick_victim(set(range(6)), 6) == 2
+
+
+@pytest.mark.parametrize("shown, forgiven", [
+    ("nothing", True), ("a race won", True), ("a race lost", False), ("an induced miss", False)])
+def test_a_trusted_stretch_behind_the_twin_is_forgiven_unless_its_evictions_showed_a_cost(shown, forgiven):
+    """A live twin errs lenient (docs/kv.md, rule 6): a trusted stretch that falls behind
+    it while none of its evictions has shown a cost (no induced miss, no more races lost
+    than won) has the twin's lead forgiven and stays trusted; else LRU for the phase. The
+    request being judged counts: its own induced miss is seen before the lead is."""
+    policy = policy_at(100, 100)
+    assert policy.trusted and policy.pick_victim(set(range(6)), 6) == 2  # a race: 2 against 0
+    policy.on_evicted(2)
+    missing = None
+    if shown == "a race won":
+        policy.on_access([0], 7, [10])
+    elif shown == "a race lost":
+        policy.on_access([2], 7, [10])
+    elif shown == "an induced miss":
+        missing = 2  # nothing requested since 2 went
+    policy.shadow.hits = 200
+    policy.predictor.values = {4: 9.0}
+    policy.begin_eviction(missing, 8)
+    assert policy.trusted == forgiven and policy.stats.extra["leads_forgiven"] == int(forgiven)
+    assert policy.pick_victim({0, 1, 3, 4, 5}, 8) == (4 if forgiven else 0)
+    if forgiven:  # the whole lead: even with the twin now, behind again at its next gain
+        assert policy.hit_tokens + policy._forgiven == 200
+        policy.on_evicted(4)
+        policy.shadow.hits = 300
+        policy.begin_eviction(4, 10)  # 4 missed, nothing requested since it went: a cost
+        oldest = min({0, 1, 3, 5}, key=policy.last_access.get)
+        assert not policy.trusted and policy.pick_victim({0, 1, 3, 5}, 10) == oldest
+
+
+def test_a_stretch_begins_clean_when_a_phase_is_trusted_again():
+    policy = policy_at(100, 100)
+    assert policy.pick_victim(set(range(6)), 6) == 2
+    policy.on_evicted(2)
+    policy.on_access([2], 7, [10])  # a race lost
+    policy.shadow.hits = 200
+    policy.begin_eviction(None, 7)
+    assert not policy.trusted  # behind, with a cost shown: LRU
+    policy.shadow.hits = 100
+    policy._start_phase()  # even with the twin again: a new stretch, nothing shown yet
+    assert policy.trusted
+    policy.shadow.hits = 300
+    policy.begin_eviction(None, 8)
+    assert policy.trusted and policy.stats.extra["leads_forgiven"] == 1
 
 
 def test_a_race_is_decided_by_which_of_its_two_leaves_is_requested_first():

@@ -313,7 +313,7 @@ class PolicyDriver(CacheView):
                 "prediction_induced_misses": stats.get("prediction_induced_misses", 0),
                 "induced_misses_paid": stats.get("induced_misses_paid", 0),
                 "lru_twin_hit_tokens": stats.get("lru_twin_hit_tokens", 0),
-                **{k: stats.get(k, 0) for k in ("phases", "races_won", "races_lost")},  # radix LARU's gates
+                **{k: stats.get(k, 0) for k in ("phases", "races_won", "races_lost", "leads_forgiven")},  # radix LARU's gates
                 **{k: v for k, v in stats.items() if k.startswith("lpc_")}}  # lcr.lpc.serving's
 
     def metrics(self) -> dict:

@@ -16,6 +16,7 @@ DESCRIPTIONS = {
     "phases": "Radix LARU's phases (each starts trusted or LRU, docs/kv.md)",
     "races_won": "Radix LARU's races its predictions won (the window's oldest leaf came back first)",
     "races_lost": "Radix LARU's races its predictions lost (their victim came back first)",
+    "leads_forgiven": "Radix LARU's trusted stretches that fell behind the LRU twin with no cost shown (kept trusted)",
     "policy_seconds": "Time spent choosing victims, predictor calls included",
     "eviction_passes": "Eviction passes (calls of the radix cache's evict)",
     "eviction_seconds": "Time of whole eviction passes: victim choice, SGLang's tree and KV frees",

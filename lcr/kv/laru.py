@@ -37,8 +37,15 @@ CI compares the two victim by victim):
   every request (the engine's ``on_request``) through an LRU twin the engine hands in
   (``CacheView.lru_twin()``). A phase that starts with this cache's hit tokens at least
   (1 - ``slack``) of the twin's (slack 0.01) follows the rules above from lambda = 1;
-  any other phase is LRU, and a trusted phase that falls behind turns LRU for its rest. So the loss to LRU is at most slack
-  plus one trusted stretch, and exact predictions are never behind (leaf-OPT). What the
+  any other phase is LRU. A trusted phase that falls behind turns LRU for its rest if its
+  stretch (the trusted phases since the last LRU one) has shown its evictions cost hits:
+  an induced miss, or more of the races decided in it lost than won; else the twin's lead
+  is forgiven and the phase stays trusted. A replay's twin is exact, and there a stretch
+  that falls behind has nearly always shown a cost first (docs/kv.md); a live twin errs
+  lenient (below), and its lead alone held LARU to LRU for whole runs where LRU hits
+  little (Online-QA at 2.5%: two of three runs at 8x the token scale, docs/history.md). So
+  the loss to LRU is at most slack plus one trusted stretch and what stretches lose
+  without showing it, and exact predictions are never behind (leaf-OPT). What the
   twin leads by at the first eviction a prediction decides is not held against the cache:
   until then the cache is LRU in effect (in a replay it hits exactly what the twin hits),
   and what a live server's tree and the twin differ by then is not the predictions' (a
@@ -139,8 +146,11 @@ class RadixLARU(_Predictive):
         self.shadow: ShadowLRU | None = None
         self.hit_tokens = 0
         self._hit_now = -1
-        self._forgiven: int | None = None  # the twin's lead at the first prediction eviction
+        self._forgiven: int | None = None  # the twin's lead forgiven (first at the first prediction eviction)
         self.trusted = False
+        # since the last phase that started trusted after an LRU one (or the first):
+        self._stretch_induced = 0          # induced misses
+        self._stretch_races = [0, 0]       # races won, lost
         self._races: dict[int, tuple[int, int]] = {}  # open races: id -> (predicted victim, oldest leaf)
         self._racing: dict[int, list[int]] = {}       # key -> ids of its open races
         self._race_id = 0
@@ -152,7 +162,8 @@ class RadixLARU(_Predictive):
         self._predicted: set[int] = set()   # keys predicted in this round
         self._one_call = bool(getattr(predictor, "round_trip", False))  # every cached node at once
         self.stats.extra.update(phases=0, prediction_induced_misses=0, induced_misses_paid=0,
-                                credited_requests=0, races_won=0, races_lost=0, lru_twin_hit_tokens=0)
+                                credited_requests=0, races_won=0, races_lost=0, leads_forgiven=0,
+                                lru_twin_hit_tokens=0)
 
     @property
     def window(self) -> int:
@@ -228,10 +239,14 @@ class RadixLARU(_Predictive):
             # The capacity term keeps estimate noise before the first hits from deciding.
             scale = self.balance.hits + self.view.capacity_tokens if self.view is not None else self.balance.hits
             self.lam = 0.0 if self.balance.settle(now) < -self.slack * scale else 1.0
-        elif self.trusted and not self._ahead():  # a trusted phase fell behind LRU: LRU from here
-            self.trusted, self._lru_phase = False, True
         if missing is not None and self.balance is None:
             self._check_induced(missing)
+        if self.balance is None and self.trusted and not self._ahead():  # a trusted stretch fell behind LRU
+            if self._stretch_shown_costly():  # LRU for the rest of the phase
+                self.trusted, self._lru_phase = False, True
+            else:  # no eviction of the stretch has shown a cost: the twin's lead is forgiven
+                self._forgiven = self.shadow.hits - self.hit_tokens
+                self.stats.extra["leads_forgiven"] += 1
         self.k = max(1, len(self.last_access))
         self._l, self._now, self._failed, self._predicted = self.window, now, False, set()
 
@@ -304,6 +319,13 @@ class RadixLARU(_Predictive):
         for rid in list(self._racing[key]):
             victim, _ = self._close_race(rid)
             extra["races_lost" if key == victim else "races_won"] += 1
+            self._stretch_races[key == victim] += 1
+
+    def _stretch_shown_costly(self) -> bool:
+        """Whether the trusted stretch (since trust last began) has shown that its
+        evictions cost hits: an induced miss, or more of its races lost than won."""
+        won, lost = self._stretch_races
+        return self._stretch_induced > 0 or lost > won
 
     def _losing_races(self) -> bool:
         extra = self.stats.extra
@@ -332,6 +354,7 @@ class RadixLARU(_Predictive):
         if oldest is None or oldest[0] >= evicted_at:
             return  # every cached node was requested since: that eviction cost nothing
         self.stats.extra["prediction_induced_misses"] += 1
+        self._stretch_induced += 1
         del self.evicted_by_prediction[key]
         if self._gaining():  # the lead pays for it
             self.stats.extra["induced_misses_paid"] += 1
@@ -343,7 +366,10 @@ class RadixLARU(_Predictive):
         self._started = True
         self.phase_tokens, self._phase_seen = 0, set()
         if self.balance is None:
+            stretch_begins = not self.trusted
             self.trusted = self._ahead() and (self._gaining() or not self._losing_races())
+            if self.trusted and stretch_begins:
+                self._stretch_induced, self._stretch_races = 0, [0, 0]
             self.lam = 1.0
             self._lru_phase = not self.trusted
         self.stats.extra["phases"] += 1

@@ -29,9 +29,13 @@ The rules, as this class applies them:
    added to this cache's hits (before it, every phase is trusted), and either this
    cache's hits so counted exceed (1 + slack) of the twin's or the predictions are not
    losing their races (rule 7); trusted phases start
-   at lambda = 1 and follow rule 2, the others evict the oldest leaf. When room is needed
-   in a trusted phase that has fallen below (1 - slack) of the twin, the rest of the
-   phase evicts the oldest leaf.
+   at lambda = 1 and follow rule 2, the others evict the oldest leaf. A stretch is the run
+   of trusted phases since a phase started trusted after an LRU one (or the first phase).
+   When room is needed in a trusted phase that has fallen below (1 - slack) of the twin
+   (after rule 5 has looked at this request): if the stretch has had an induced miss or
+   lost more races than it won (races decided during it, rule 7), the rest of the phase
+   evicts the oldest leaf; else the twin's whole lead is forgiven (the cache's hits so
+   counted equal the twin's) and the phase stays trusted.
 5. Induced misses. When room is needed for a request whose first missing block heads a
    recorded node, evicted at t, and some cached node has not been requested since t (a
    split's lower part counts as requested by the request that split it), the miss was
@@ -75,16 +79,17 @@ class ReferenceRadixLARU(LeafPolicy):
         self.started = False
         self.twin = None                        # rule 4
         self.hits = self.twin_hits = 0
-        self.forgiven = None                    # rule 4: the twin's lead at the first prediction eviction
+        self.forgiven = None                    # rule 4: the twin's lead forgiven (first at the first prediction eviction)
         self.reported_at = -1
         self.trusted = False
+        self.stretch_induced, self.stretch_won, self.stretch_lost = 0, 0, 0  # rule 4
         self.lru_until_phase_ends = False
         self.lru_until_round_ends = False
         self.lam, self.l = 1.0, 1
         self.races: dict[int, tuple[int, int]] = {}  # rule 7: open races, oldest first
         self.next_race = 0
         self.stats.extra.update(phases=0, prediction_induced_misses=0, induced_misses_paid=0,
-                                credited_requests=0, races_won=0, races_lost=0)
+                                credited_requests=0, races_won=0, races_lost=0, leads_forgiven=0)
 
     # What the engine reports ----------------------------------------------------------
     def on_request(self, paths, tokens, now):
@@ -109,6 +114,10 @@ class ReferenceRadixLARU(LeafPolicy):
                 if key in (victim, oldest):
                     del self.races[race]
                     self.stats.extra["races_lost" if key == victim else "races_won"] += 1
+                    if key == victim:
+                        self.stretch_lost += 1
+                    else:
+                        self.stretch_won += 1
         for key in self.split_by_this_request:
             if key in self.last:
                 self.requested[key] = now
@@ -153,22 +162,30 @@ class ReferenceRadixLARU(LeafPolicy):
             self.started = True
             self.phase_nodes, self.phase_tokens = set(), 0
             won, lost = self.stats.extra["races_won"], self.stats.extra["races_lost"]
+            was_trusted = self.trusted
             self.trusted = self.ahead_of_lru() and (self.gaining() or lost <= 8 * (won + 1))  # rules 4, 7
+            if self.trusted and not was_trusted:  # a stretch begins
+                self.stretch_induced, self.stretch_won, self.stretch_lost = 0, 0, 0
             self.lru_until_phase_ends = not self.trusted
             self.lam = 1.0
             self.stats.extra["phases"] += 1
         self.lru_until_round_ends = False
-        if self.trusted and not self.ahead_of_lru():
-            self.trusted, self.lru_until_phase_ends = False, True
         evicted_at = self.record.get(missing)                                   # rule 5
         if evicted_at is not None and any(t < evicted_at for t in self.requested.values()):
             del self.record[missing]
             self.stats.extra["prediction_induced_misses"] += 1
+            self.stretch_induced += 1
             if self.gaining():
                 self.stats.extra["induced_misses_paid"] += 1
             else:
                 self.lam /= self.b
                 self.lru_until_round_ends = True
+        if self.trusted and not self.ahead_of_lru():                            # rule 4
+            if self.stretch_induced or self.stretch_lost > self.stretch_won:
+                self.trusted, self.lru_until_phase_ends = False, True
+            else:
+                self.forgiven = self.twin_hits - self.hits
+                self.stats.extra["leads_forgiven"] += 1
         k = len(list(self.view.cached_keys()))                                  # rule 2
         self.l = max(math.floor(self.lam * k), 1)
 
