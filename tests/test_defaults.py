@@ -1,10 +1,11 @@
 """The defaults are the measured best (issue 40, item 2): ``lcr sim TRACE --predictor lightgbm
 --policies laru`` and ``python benchmarks/learned_gap.py`` with no flags run the setting that
 docs/predictor.md ("Learned eviction") measured best on learned_gap's tuning half: LARU
-``b=1.05;credit=1;guard=0.005;intervals=1`` (the three experts, the interval ones smoothing
+``b=1.05;credit=1;guard=0.005;intervals=1`` (the four experts, the interval ones smoothing
 with weight 1/4, their shadows' window the whole cache, the first-seen one breaking the
-predictions' ties, keeping the newest first accesses in LIRS's 1% probation: 53.4% of the
-LRU->OPT gap against 48.6% with the old expert rule; the steps in docs/history.md) over the
+predictions' ties, keeping the newest first accesses in LIRS's 1% probation, the model's
+answers followed blindly as the fourth: 53.9% of the LRU->OPT gap against 48.6% with the
+old expert rule; the steps in docs/history.md) over the
 relaxed-Belady classifier refitted every 5,000 accesses on up to 20,000 samples over 4 intervals and 2 decayed counts (52.99% at 6.5 us per request
 against 52.95% at 47.3 us for 2,500 / 80,000 over 16 + 8, ``benchmarks/model_cost.py
 --tradeoffs --cached``, 2026-11-28).
@@ -36,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # The recorded best (docs/predictor.md, "Learned eviction"; the earlier steps: docs/history.md).
 BEST_LARU = {"b": 1.05, "credit": True, "guard": 0.005, "intervals": True}
-BEST_EXPERTS = ["intervals", "decay", "first"]  # what intervals=1 runs
+BEST_EXPERTS = ["intervals", "decay", "first", "model"]  # what intervals=1 runs
 BEST_TIE_BREAKER = "first"  # the expert that breaks the predictions' ties
 BEST_PROBATION = {100: 1, 300: 3, 10_000: 100}  # the first-seen expert's probation: LIRS's 1%, by k
 BEST_INTERVAL_WEIGHT = 0.25  # the newest interval's weight in the interval expert's smoothing

@@ -151,6 +151,17 @@ def test_laru_follows_its_heuristic_experts_like_the_spec():
     assert followed >= 4  # the experts changed the decisions
 
 
+def test_laru_follows_its_model_expert_like_the_spec():
+    # A model right on 70% of the keys: LARU's window falls to recency while the model
+    # expert (its answers over the whole cache) leads (test_policy_spec) and is followed.
+    trace = generate("zipf:requests=6000,keys=800,alpha=0.8,seed=1")
+    predictions = oracle_predictions(trace, 0.3, seed=3)
+    for capacity in (60, 150):
+        got = assert_same_decisions(trace, "laru", capacity, predictions, mode="async")
+        without = native_replay(trace, "laru", capacity, predictions, mode="async", intervals=0)
+        assert got.stats["expert_evictions"] > 0 and got.stats["misses"] < 0.975 * without.stats["misses"]
+
+
 def test_laru_guard_evicts_by_recency_like_the_spec():
     # Inverted predictions put LARU over its miss budget against LRU again and again.
     trace = generate("zipf:requests=8000,keys=400,alpha=0.8,seed=6")

@@ -108,7 +108,7 @@ def test_laru_follows_an_interval_expert_on_a_loop_where_answers_tie():
         following, predictor = build("laru", trace, capacity, constant, intervals=1, **params)
         hits = replay(trace, following, predictor).hits.sum()
         assert hits >= 0.85 * opt_hits and following.stats.extra["expert_evictions"] > 0
-        (_, by_interval), _, (_, by_first) = following.experts
+        (_, by_interval), _, (_, by_first), _ = following.experts
         assert max(by_interval.stats.misses, by_first.stats.misses) < following.predicted_shadow.stats.misses
         assert following.predicted_shadow.stats.misses == len(trace)  # LRU's
     # Where the predictions are right (oracle) their shadow leads and the expert is never followed.
@@ -125,21 +125,22 @@ def test_laru_expert_lead_rule(interval_misses, leads):
     (1,000 misses here): a tie keeps the predictions."""
     trace = generate("zipf:requests=100,keys=20,alpha=0.9,seed=1")
     policy, _ = build("laru", trace, 30, intervals=1)
-    (expert, by_interval), (_, by_decay), (_, by_first) = policy.experts
+    (expert, by_interval), (_, by_decay), (_, by_first), (_, by_model) = policy.experts
     policy.predicted_shadow.stats.misses, by_interval.stats.misses = 1000, interval_misses
-    by_decay.stats.misses = by_first.stats.misses = 1000
+    by_decay.stats.misses = by_first.stats.misses = by_model.stats.misses = 1000
     assert policy._leading_expert() is (expert if leads else None)
 
 
-@pytest.mark.parametrize("misses, leader", [((900, 800, 1000), "decay"), ((800, 800, 800), "intervals"),
-                                            ((800, 900, 800), "intervals"), ((1000, 1000, 1000), None),
-                                            ((1001, 999, 999), "decay"), ((900, 900, 899), "first")])
+@pytest.mark.parametrize("misses, leader", [((900, 800, 1000, 1000), "decay"), ((800, 800, 800, 800), "intervals"),
+                                            ((800, 900, 800, 1000), "intervals"), ((1000, 1000, 1000, 1000), None),
+                                            ((1001, 999, 999, 1000), "decay"), ((900, 900, 899, 1000), "first"),
+                                            ((900, 900, 900, 899), "model"), ((1000, 1000, 1000, 999), "model")])
 def test_laru_follows_the_expert_whose_shadow_missed_least(misses, leader):
     """Of several experts the one with the fewest shadow misses is the candidate (the first
-    listed on ties: intervals, decay, first); it leads only if it beats the predictions."""
+    listed on ties: intervals, decay, first, model); it leads only if it beats the predictions."""
     trace = generate("zipf:requests=100,keys=20,alpha=0.9,seed=1")
     policy, _ = build("laru", trace, 5, intervals=1)
-    assert [expert.name for expert, _ in policy.experts] == ["intervals", "decay", "first"]
+    assert [expert.name for expert, _ in policy.experts] == ["intervals", "decay", "first", "model"]
     policy.predicted_shadow.stats.misses = 1000
     for (_, shadow), m in zip(policy.experts, misses):
         shadow.stats.misses = m
@@ -147,23 +148,27 @@ def test_laru_follows_the_expert_whose_shadow_missed_least(misses, leader):
     assert (chosen.name if chosen else None) == leader
 
 
-@pytest.mark.parametrize("which", [0, 1, 2], ids=["intervals", "decay", "first"])
+@pytest.mark.parametrize("which", [0, 1, 2, 3], ids=["intervals", "decay", "first", "model"])
 def test_laru_expert_shadows_serve_exactly_the_caches_requests(which):
     """Each expert's shadow is the LARU its expert alone would be on the whole trace: same
     misses and same contents at every request, and the expert hears each of its shadow's
     evictions (the same ranks at the end). A shadow fed other requests than the cache
     (only the cache's misses, say) drifts from it."""
-    from lcr.policies.laru_experts import EXPERTS
+    from lcr.policies.laru_experts import EXPERTS, ModelRanks
 
     trace = generate("scan:requests=4000,hot_keys=150,scan_length=120,scan_every=700,seed=4")
     capacity, params = 40, dict(b=1.05, credit=1, guard=0.005, intervals=0)
-    policy, predictor = build("laru", trace, capacity, np.zeros(len(trace)), mode="async", **{**params, "intervals": 1})
-    expert = EXPERTS[which](capacity)
+    # Answers right on 70% of the keys, so that the model expert's ranks tell keys apart.
+    values = oracle_predictions(trace, 0.3, seed=3)
+    policy, predictor = build("laru", trace, capacity, values, mode="async", **{**params, "intervals": 1})
+    expert = EXPERTS[which](capacity, ArrayPredictor(values))
     alone = LARU(capacity, expert, "sync", **params, shrink_every=WHOLE_CACHE)
     in_policy, shadow = policy.experts[which]
     for t, key in enumerate(trace.keys.tolist()):
         predictor.observe(key, t)
         policy.access(key, t)
+        if isinstance(expert, ModelRanks):
+            expert.predictor.observe(key, t)
         expert.on_access(key, t)
         alone.access(key, t)
         if alone.last_evicted is not None:
@@ -190,6 +195,38 @@ def test_laru_follows_its_heuristic_experts_where_answers_carry_nothing(workload
     assert by_name[leader] < min(misses for name, misses in by_name.items() if name != leader)
     assert policy.predicted_shadow.stats.misses == lru and policy._leading_expert().name == leader
     assert got < 0.97 * lru
+
+
+@pytest.mark.parametrize("capacity, noise", [(150, 0.3), (60, 0.2)])
+def test_laru_follows_the_model_blindly_where_its_window_falls_to_recency(capacity, noise):
+    """Answers right on most keys but negated on a share of them induce misses that shrink
+    LARU's window towards recency (its predictions' shadow barely beats LRU); ranked over
+    the whole cache the same answers keep gaining (FPB's order), so the model expert's
+    shadow misses least and the cache follows it, well below its window's misses."""
+    trace = generate("zipf:requests=6000,keys=800,alpha=0.8,seed=1")
+    policy, predictor = build("laru", trace, capacity, oracle_predictions(trace, noise, seed=3), mode="async")
+    got = replay(trace, policy, predictor).stats["misses"]
+    by_name = {expert.name: shadow.stats.misses for expert, shadow in policy.experts}
+    assert by_name["model"] < min(policy.predicted_shadow.stats.misses,
+                                  *(m for name, m in by_name.items() if name != "model"))
+    assert policy._leading_expert().name == "model"
+    assert got < 0.975 * policy.predicted_shadow.stats.misses
+
+
+def test_model_expert_ranks_a_key_by_the_answer_at_its_access():
+    """The model expert keeps the answer the model gave at each key's latest access (an
+    unknown answer, NaN, ranks +inf, first out)."""
+    from lcr.policies.laru_experts import ModelRanks
+
+    predictor = ArrayPredictor(np.array([7.0, math.nan, 3.0, 9.0]))
+    expert = ModelRanks(4, predictor)
+    for t, key in enumerate([1, 2, 1, 3]):
+        predictor.observe(key, t)
+        expert.on_access(key, t)
+    assert expert.predict([1, 2, 3], 4) == [3.0, math.inf, 9.0]
+    assert expert.pick_victim([1, 2, 3]) == 2
+    with pytest.raises(ValueError, match="predictor"):
+        ModelRanks(4)
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
@@ -342,9 +379,9 @@ def test_laru_follows_its_leading_expert_over_the_whole_cache():
         predictor.observe(key, t)
         policy.access(key, t)
     policy.old, policy.lam = {1, 2, 3, 4}, 0.5  # mid-phase, window 2
-    (_, by_interval), (_, by_decay), (_, by_first) = policy.experts
+    (_, by_interval), (_, by_decay), (_, by_first), (_, by_model) = policy.experts
     policy.predicted_shadow.stats.misses, by_interval.stats.misses = 1000, 0
-    by_decay.stats.misses = by_first.stats.misses = 1000
+    by_decay.stats.misses = by_first.stats.misses = by_model.stats.misses = 1000
     predictor.observe(5, 8)
     policy.access(5, 8)
     assert policy.last_evicted == 4 and policy.stats.extra["expert_evictions"] == 1
@@ -356,7 +393,7 @@ def test_laru_expert_shadows_keep_the_whole_cache_as_window():
     trace = generate("loop:requests=3000,keys=100")
     policy, predictor = build("laru", trace, 30, np.zeros(len(trace)), mode="async", b=2.0, credit=0)
     replay(trace, policy, predictor)
-    (_, by_interval), _, _ = policy.experts
+    (_, by_interval), _, _, _ = policy.experts
     assert by_interval.stats.extra["prediction_induced_misses"] > 0
     assert all(shadow.lam == 1.0 for _, shadow in policy.experts)
 

@@ -22,10 +22,10 @@ struct LaruParams {
     int64_t shrink_every = 1;
     bool credit = false;  // lambda grows back by b on hits LRU would have missed
     double guard = -1;    // >= 0: miss budget against LRU, (1 + guard) x its misses; < 0: off
-    // The heuristic experts (lcr.policies.laru_experts: intervals, decay, first).
+    // The experts (lcr.policies.laru_experts: intervals, decay, first, model).
     bool intervals = false;
 
-    int64_t n_experts() const { return intervals ? 3 : 0; }
+    int64_t n_experts() const { return intervals ? 4 : 0; }
     bool needs_twin() const { return credit || guard >= 0; }
     LaruParams without_experts() const {
         LaruParams p = *this;
@@ -44,7 +44,7 @@ struct LaruParams {
 // (follow it), or one of these.
 constexpr int64_t kPredictions = -1;           // the predictions; recency breaks their ties
 constexpr int64_t kPredictionsFirstTies = -2;  // the predictions; the first-seen expert breaks ties
-constexpr int64_t kFirstExpert = 2;            // its index (EXPERTS: intervals, decay, first)
+constexpr int64_t kFirstExpert = 2;            // its index (EXPERTS: intervals, decay, first, model)
 // FirstSeenRanks.ONCE_FLOOR, 2^51: its ranks of keys seen once are at least this.
 constexpr double kOnceFloor = 2251799813685248.0;
 
@@ -225,10 +225,10 @@ private:
     const LruTwin* twin_;  // what plain LRU would hold (credit and the guard read it)
 };
 
-// One heuristic expert (lcr.policies.laru_experts) and its shadow LARU.
+// One expert (lcr.policies.laru_experts) and its shadow LARU.
 class Expert {
 public:
-    enum Kind { kIntervals, kDecay, kFirst };
+    enum Kind { kIntervals, kDecay, kFirst, kModel };
 
     Expert(Kind kind, int64_t k, int64_t n_ids, const LaruParams& params, Counters& counters, const LruTwin* twin)
         : kind_(kind), tau_(10 * static_cast<double>(k) / std::log(2.0)),  // halves every 10 k requests
@@ -248,13 +248,14 @@ public:
         void add(int32_t i, double r) { id[n] = i; rank[n++] = r; }
     };
 
-    // The expert's rank of request t, then the shadow serves it with that rank; `reranked`
-    // gets the keys whose rank this changed (FirstSeenRanks: one leaving the probation, one
-    // seen once that the shadow dropped).
+    // The expert's rank of request t (the model expert's: `answer`, the model's rank of
+    // it), then the shadow serves it with that rank; `reranked` gets the keys whose rank
+    // this changed (FirstSeenRanks: one leaving the probation, one seen once that the
+    // shadow dropped).
     template <class Never>
-    double access(int32_t id, int64_t t, Never&& never, Reranked& reranked) {
+    double access(int32_t id, int64_t t, double answer, Never&& never, Reranked& reranked) {
         reranked.n = 0;
-        const double r = rank(id, t, reranked);
+        const double r = kind_ == kModel ? answer : rank(id, t, reranked);
         const int32_t victim = shadow_.access(id, r, nullptr, never).victim;
         if (kind_ == kFirst && victim >= 0 && value_[victim] == 0) {
             leave_probation(victim);
@@ -292,6 +293,8 @@ private:
                 smoothed = smoothed == 0 ? interval : (1 - kWeight) * smoothed + kWeight * interval;
                 return static_cast<double>(t) + smoothed;
             }
+            case kModel:  // ranked by `access`
+                break;
             case kDecay: {  // -(log decayed count + t / tau)
                 const int64_t last = last_[id] < 0 ? t : last_[id];
                 value_[id] = value_[id] * std::exp(-static_cast<double>(t - last) / tau_) + 1.0;
@@ -352,7 +355,7 @@ void run_laru(const Requests& req, Recorder& rec, Counters& c, int64_t k, const 
     LaruCache cache(k, req.n_ids, params, pred, c, n_experts, twin);
     std::vector<Expert> experts;
     experts.reserve(n_experts);  // shadows keep their counters, and the cache watches them, by address
-    for (const Expert::Kind kind : {Expert::kIntervals, Expert::kDecay, Expert::kFirst})
+    for (const Expert::Kind kind : {Expert::kIntervals, Expert::kDecay, Expert::kFirst, Expert::kModel})
         experts.emplace_back(kind, k, req.n_ids, params, shadow_counters[experts.size() + 1], twin);
     cache.watch_shadow(predicted);
     for (const Expert& expert : experts) cache.watch_shadow(expert.shadow());
@@ -370,7 +373,7 @@ void run_laru(const Requests& req, Recorder& rec, Counters& c, int64_t k, const 
         if (twin != nullptr) lru_twin.access(id);  // before the cache and every shadow read it
         for (int64_t e = 0; e < n_experts; ++e) {
             Expert::Reranked reranked;
-            expert_ranks[e] = experts[e].access(id, t, never, reranked);
+            expert_ranks[e] = experts[e].access(id, t, pred.rank(t), never, reranked);
             for (int i = 0; i < reranked.n; ++i) cache.rerank(e, reranked.id[i], reranked.rank[i]);
         }
         predicted.access(id, pred.rank(t), nullptr, never);  // the shadows count this request first

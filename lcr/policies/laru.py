@@ -43,13 +43,15 @@ only earn the budget back at g per LRU miss) while the shadow it follows gains. 
 growth is at most guard x LRU's misses, so the bound becomes (1 + 2 guard) x LRU's
 misses + k; where no shadow beats LRU it stays (1 + guard) x LRU's + k.
 
-``intervals`` (lcr's extension) switches on LARU's heuristic experts
+``intervals`` (lcr's extension) switches on LARU's experts
 (``lcr.policies.laru_experts``: each key's own smoothed interval, frequency with aging,
-and the interval order keeping a pass's first keys; the option is named after the first,
-which came alone before), which need no model and see what a boundary classifier is
-blind to (a loop, where its answers all tie; popularity beyond the classifier's
-horizon). Beside the cache run one shadow LARU over the predictions (same parameters)
-and one per expert over that expert's ranks, its window fixed at the whole cache (an
+the interval order keeping a pass's first keys, and the model's answers followed
+blindly; the option is named after the first, which came alone before). The heuristic
+ones need no model and see what a boundary classifier is blind to (a loop, where its
+answers all tie; popularity beyond the classifier's horizon); the model expert is FPB,
+for a model right often enough to gain but wrong often enough that LARU's induced
+misses shrink its window to recency. Beside the cache run one shadow LARU over the
+predictions (same parameters) and one per expert over that expert's ranks, its window fixed at the whole cache (an
 expert is a ranking, not a prediction to distrust); all are keys only and fed exactly
 the cache's requests, and each expert hears what its shadow evicts. When the predictions
 would pick the victim, LARU instead evicts the key the leading expert ranks first among
@@ -64,7 +66,7 @@ apart, LARU bets as LIRS does on keys seen once, and keeps recency among the oth
 predictions make their shadow OPT, which no shadow beats on any prefix of the requests,
 and tie only on keys never requested again, so LARU still makes OPT's decisions; the
 guard is checked first. The predictor is asked twice per query (the cache and its
-shadow).
+shadow), and once more at every access (the model expert).
 
 ``record`` replaces the exact set of prediction-evicted keys with any object offering
 ``add``, ``discard``, ``clear`` and ``in`` (SlabHash keeps a bitset, see
@@ -141,7 +143,7 @@ class LARU(Policy):
         # The experts, and the shadows that decide when to follow one: (expert, its shadow).
         same = dict(b=b, shrink_every=shrink_every, credit=credit, guard=guard, intervals=False)
         whole = dict(same, shrink_every=WHOLE_CACHE)
-        experts = [make(capacity) for make in EXPERTS] if intervals else []
+        experts = [make(capacity, predictor) for make in EXPERTS] if intervals else []
         self.experts: list[tuple[ExpertRanks, LARU]] = [
             (expert, LARU(capacity, expert, "sync", **whole)) for expert in experts]
         self.predicted_shadow = LARU(capacity, predictor, mode, **same) if self.experts else None

@@ -24,9 +24,15 @@ keys that need no model, for what a boundary classifier is blind to.
   cache size); the lowest count goes first. The order of two decayed counts never changes
   while neither key is requested, so the rank, -(log count + last access / tau) with
   tau = 10 k / ln 2, is fixed at the access.
+- ``model`` (the predictions followed blindly, FPB's order): each key ranked by the
+  model's answer at its latest access, over the whole cache. LARU's own use of the
+  answers shrinks its window at every induced miss, so where a model is right on most
+  keys but wrong on enough to induce misses (a noisy model), LARU drifts to recency
+  while blind following still gains; this expert's shadow shows when it does.
 
 Each expert is a ``NextAccessPredictor`` whose rank for a key is fixed at the key's
-access (read, never computed, at ``predict``): the LARU that owns it reports every
+access (read, never computed, at ``predict``; the model expert asks the model then, so
+a sync LARU queries its model at every access too): the LARU that owns it reports every
 request through ``on_access``, and every key the expert's shadow evicts through
 ``on_shadow_eviction`` (where ``first`` re-ranks it; ``first`` also re-ranks the key an
 access pushes out of its probation). A rank that changes only at those events is what
@@ -41,6 +47,7 @@ from collections import OrderedDict
 from typing import Sequence
 
 from lcr.policies.lirs import resident_hir_slots
+from lcr.policies.predictions import NextAccessPredictor
 
 
 class ExpertRanks:
@@ -48,7 +55,8 @@ class ExpertRanks:
 
     name: str
 
-    def __init__(self, capacity: int):
+    def __init__(self, capacity: int, predictor: NextAccessPredictor | None = None):
+        """``predictor``: the cache's model (only the ``model`` expert reads it)."""
         self._rank: dict[int, float] = {}
 
     def on_access(self, key: int, t: int) -> None:
@@ -78,7 +86,7 @@ class IntervalRanks(ExpertRanks):
     #: The newest interval's weight in the smoothed one.
     weight = 0.25
 
-    def __init__(self, capacity: int):
+    def __init__(self, capacity: int, predictor: NextAccessPredictor | None = None):
         super().__init__(capacity)
         self._last: dict[int, int] = {}
         self._smoothed: dict[int, float] = {}
@@ -110,7 +118,7 @@ class FirstSeenRanks(IntervalRanks):
     #: Every rank of a key seen once is at least this, every interval rank below it (t < 2**50).
     ONCE_FLOOR = 2.0 ** 51
 
-    def __init__(self, capacity: int):
+    def __init__(self, capacity: int, predictor: NextAccessPredictor | None = None):
         super().__init__(capacity)
         self.probation_slots = resident_hir_slots(capacity)
         self._probation: OrderedDict[int, None] = OrderedDict()  # oldest first access first
@@ -141,7 +149,7 @@ class DecayRanks(ExpertRanks):
 
     name = "decay"
 
-    def __init__(self, capacity: int):
+    def __init__(self, capacity: int, predictor: NextAccessPredictor | None = None):
         super().__init__(capacity)
         self.tau = 10 * capacity / math.log(2)  # the count halves every 10 k requests
         self._count: dict[int, tuple[float, int]] = {}  # decayed count at the last access, and when
@@ -153,5 +161,22 @@ class DecayRanks(ExpertRanks):
         return -(math.log(count) + t / self.tau)
 
 
+class ModelRanks(ExpertRanks):
+    """The model's answer for the key at its latest access (NaN, unknown: +inf, first out,
+    as in LARU's prediction table)."""
+
+    name = "model"
+
+    def __init__(self, capacity: int, predictor: NextAccessPredictor | None = None):
+        super().__init__(capacity)
+        if predictor is None:
+            raise ValueError("the model expert needs the cache's predictor")
+        self.predictor = predictor
+
+    def rank(self, key, t):
+        value = float(self.predictor.predict([key], t)[0])
+        return math.inf if value != value else value
+
+
 #: LARU's experts (``intervals=1``), in the order the lead rule breaks ties.
-EXPERTS: tuple[type[ExpertRanks], ...] = (IntervalRanks, DecayRanks, FirstSeenRanks)
+EXPERTS: tuple[type[ExpertRanks], ...] = (IntervalRanks, DecayRanks, FirstSeenRanks, ModelRanks)
