@@ -162,6 +162,15 @@ def test_laru_follows_its_model_expert_like_the_spec():
         assert got.stats["expert_evictions"] > 0 and got.stats["misses"] < 0.975 * without.stats["misses"]
 
 
+def test_laru_first_seen_tie_break_slack_like_the_spec():
+    # No answers at all (NaN): every pick is a tie the first-seen expert may break, and its
+    # shadow runs a few misses behind the predictions' (LRU's) between scans, where the
+    # guard's slack decides (11 misses apart from a rule without it).
+    trace = generate("scan:requests=30000,hot_keys=2000,alpha=0.8,scan_length=1600,scan_every=4000,seed=2")
+    got = assert_same_decisions(trace, "laru", 498, np.full(len(trace), np.nan), mode="async")
+    assert got.stats["expert_tie_breaks"] > 0
+
+
 def test_laru_guard_evicts_by_recency_like_the_spec():
     # Inverted predictions put LARU over its miss budget against LRU again and again.
     trace = generate("zipf:requests=8000,keys=400,alpha=0.8,seed=6")

@@ -340,6 +340,21 @@ def test_laru_first_seen_expert_breaks_the_predictions_ties(first_misses, victim
     assert policy.stats.extra["expert_evictions"] == (how == "lead")
 
 
+@pytest.mark.parametrize("first_misses, lru_misses, guard, breaks",
+                         [(1000, 1000, 0.005, True), (1005, 1000, 0.005, True), (1006, 1000, 0.005, False),
+                          (1001, 100, 0.005, False), (1001, 1000, "none", False), (1000, 1000, "none", True)])
+def test_laru_first_seen_expert_breaks_ties_within_the_guards_slack(first_misses, lru_misses, guard, breaks):
+    """The first-seen expert breaks the predictions' ties while its shadow has missed no
+    more than the predictions' shadow (1,000 here) plus the guard's slack, guard x LRU's
+    misses (5 of 1,000): one early miss of its bet must not stop it (a scan's first pass
+    then flushes the hot keys as LRU would); without a guard there is no slack."""
+    trace = generate("zipf:requests=100,keys=20,alpha=0.9,seed=1")
+    policy, _ = build("laru", trace, 5, guard=guard)
+    policy.predicted_shadow.stats.misses, policy.tie_breaker[1].stats.misses = 1000, first_misses
+    policy.lru_shadow.stats.misses = lru_misses
+    assert policy._first_breaks_ties() is breaks
+
+
 def test_laru_keeps_recency_among_tied_keys_with_intervals():
     """The first-seen expert's tie-break is its bet on keys seen once: among tied keys that
     all have an interval, the oldest goes (2), not the one the expert expects back latest

@@ -364,8 +364,12 @@ void run_laru(const Requests& req, Recorder& rec, Counters& c, int64_t k, const 
         for (int64_t e = 1; e < n_experts; ++e)
             if (experts[e].misses() < experts[best].misses()) best = e;
         if (experts[best].misses() < predicted.misses()) return best;
-        // LARU._first_breaks_ties: no more misses than the predictions' shadow so far.
-        return experts[kFirstExpert].misses() <= predicted.misses() ? kPredictionsFirstTies : kPredictions;
+        // LARU._first_breaks_ties: no more misses than the predictions' shadow so far plus
+        // the guard's slack (the spec's float operations, in its order).
+        const double slack = params.guard < 0 ? 0.0 : params.guard * static_cast<double>(lru_twin.misses());
+        return static_cast<double>(experts[kFirstExpert].misses()) <= static_cast<double>(predicted.misses()) + slack
+                   ? kPredictionsFirstTies
+                   : kPredictions;
     };
     std::vector<double> expert_ranks(n_experts);
     for (int64_t t = 0; t < req.n; ++t) {

@@ -59,8 +59,9 @@ all it holds, if that expert's shadow has missed less than the predictions' shad
 far (the one that missed least; the first listed on ties). Where no expert leads, the window's
 candidates the predictions rank largest may tie (equal answers: NaN before the first
 model, a classifier's equal probabilities for keys it cannot tell apart); while the
-first-seen expert's shadow has missed no more than the predictions' shadow, that expert
-breaks the tie (the tied key it ranks first goes if that is a key seen once, its bet;
+first-seen expert's shadow has missed no more than the predictions' shadow plus the
+guard's slack (guard x LRU's misses: one early miss of its bet, before it pays, must not
+stop it), that expert breaks the tie (the tied key it ranks first goes if that is a key seen once, its bet;
 else the oldest, as without experts): where neither the answers nor the shadows tell keys
 apart, LARU bets as LIRS does on keys seen once, and keeps recency among the others. Oracle
 predictions make their shadow OPT, which no shadow beats on any prefix of the requests,
@@ -233,10 +234,13 @@ class LARU(Policy):
         return expert if shadow.stats.misses < self.predicted_shadow.stats.misses else None
 
     def _first_breaks_ties(self) -> bool:
-        """Whether the first-seen expert's shadow has missed no more than the predictions'."""
+        """Whether the first-seen expert's shadow has missed no more than the predictions'
+        shadow plus the guard's slack (guard x LRU's misses; none without a guard): its bet
+        costs a miss now and then before it pays, and the guard bounds what it may cost."""
         if self.tie_breaker is None:
             return False
-        return self.tie_breaker[1].stats.misses <= self.predicted_shadow.stats.misses
+        slack = 0.0 if self.guard is None else self.guard * self.lru_shadow.stats.misses
+        return self.tie_breaker[1].stats.misses <= self.predicted_shadow.stats.misses + slack
 
     def _break_tie(self, victim: int) -> int:
         """Among the window's candidates ranked like ``victim`` (the predictions' largest,
