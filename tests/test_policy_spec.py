@@ -150,7 +150,8 @@ def test_laru_follows_the_expert_whose_shadow_missed_least(misses, leader):
 
 @pytest.mark.parametrize("which", [0, 1, 2, 3], ids=["intervals", "decay", "first", "model"])
 def test_laru_expert_shadows_serve_exactly_the_caches_requests(which):
-    """Each expert's shadow is the LARU its expert alone would be on the whole trace: same
+    """Each expert's shadow is the LARU its expert alone would be on the whole trace (no
+    guard, window never shrinking): same
     misses and same contents at every request, and the expert hears each of its shadow's
     evictions (the same ranks at the end). A shadow fed other requests than the cache
     (only the cache's misses, say) drifts from it."""
@@ -162,7 +163,7 @@ def test_laru_expert_shadows_serve_exactly_the_caches_requests(which):
     values = oracle_predictions(trace, 0.3, seed=3)
     policy, predictor = build("laru", trace, capacity, values, mode="async", **{**params, "intervals": 1})
     expert = EXPERTS[which](capacity, ArrayPredictor(values))
-    alone = LARU(capacity, expert, "sync", **params, shrink_every=WHOLE_CACHE)
+    alone = LARU(capacity, expert, "sync", **{**params, "credit": 0, "guard": None}, shrink_every=WHOLE_CACHE)
     in_policy, shadow = policy.experts[which]
     for t, key in enumerate(trace.keys.tolist()):
         predictor.observe(key, t)
@@ -411,6 +412,24 @@ def test_laru_expert_shadows_keep_the_whole_cache_as_window():
     (_, by_interval), _, _, _ = policy.experts
     assert by_interval.stats.extra["prediction_induced_misses"] > 0
     assert all(shadow.lam == 1.0 for _, shadow in policy.experts)
+
+
+def test_laru_expert_shadows_run_without_a_guard():
+    """No answers (NaN): the first-seen expert's shadow runs a few misses behind LRU early
+    on (its bet on keys seen once before it pays), more than a guard allows then; guarded,
+    it was held to recency from there (471 evictions) and ended 263 misses below LRU's,
+    unguarded it ends 337 below, as its expert ranks."""
+    trace = generate("zipf:requests=6000,keys=800,alpha=0.9,seed=2")
+    policy, predictor = build("laru", trace, 150, np.full(len(trace), np.nan), mode="async")
+    (_, first), = [(expert, shadow) for expert, shadow in policy.experts if expert.name == "first"]
+    over_budget = False
+    for t, key in enumerate(trace.keys.tolist()):
+        predictor.observe(key, t)
+        policy.access(key, t)
+        over_budget |= first.stats.misses > (1 + policy.guard) * policy.lru_shadow.stats.misses
+    assert over_budget  # a guard would have acted
+    assert all(shadow.guard is None and shadow.stats.extra["guarded_evictions"] == 0 for _, shadow in policy.experts)
+    assert first.stats.misses <= policy.lru_shadow.stats.misses - 300
 
 
 def test_laru_intervals_is_checked():

@@ -32,10 +32,14 @@ struct LaruParams {
         p.intervals = false;
         return p;
     }
-    // An expert's shadow (lcr.policies.laru.WHOLE_CACHE): its window stays the whole cache.
+    // An expert's shadow (lcr.policies.laru.LARU.experts): its window stays the whole
+    // cache (lcr.policies.laru.WHOLE_CACHE), and it runs without a guard (and without
+    // credit, which a window that never shrinks cannot use).
     LaruParams for_expert_shadow() const {
         LaruParams p = without_experts();
         p.shrink_every = int64_t{1} << 62;
+        p.credit = false;
+        p.guard = -1;
         return p;
     }
 };

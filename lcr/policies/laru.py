@@ -52,7 +52,8 @@ classifier's horizon); the model expert is FPB, for a model right often enough t
 wrong often enough that LARU's induced misses shrink its window to recency. Beside the
 cache run one shadow LARU over the predictions (same parameters) and one per expert over
 that expert's ranks, its window fixed at the whole cache (an expert is a ranking, not a
-prediction to distrust); all are keys only and fed exactly the cache's requests, and each
+prediction to distrust) and without a guard (the cache's guard bounds the cache; a shadow
+held to recency after an early loss could never show its expert gaining later); all are keys only and fed exactly the cache's requests, and each
 expert hears what its shadow evicts. When the predictions would pick the victim, LARU
 instead evicts the key the leading expert ranks first among all it holds, if that expert's
 shadow has missed less than the predictions' shadow so far (the one that missed least; the
@@ -143,7 +144,10 @@ class LARU(Policy):
         self._induced_in_phase = 0
         # The experts, and the shadows that decide when to follow one: (expert, its shadow).
         same = dict(b=b, shrink_every=shrink_every, credit=credit, guard=guard, intervals=False)
-        whole = dict(same, shrink_every=WHOLE_CACHE)
+        # An expert's shadow: the whole cache as its window, no guard (credit cannot widen a
+        # window that never shrinks): a guard would hold a shadow that fell behind LRU early
+        # to recency for good, and it could never show its expert gaining later.
+        whole = dict(same, shrink_every=WHOLE_CACHE, credit=False, guard=None)
         experts = [make(capacity, predictor) for make in EXPERTS] if intervals else []
         self.experts: list[tuple[ExpertRanks, LARU]] = [
             (expert, LARU(capacity, expert, "sync", **whole)) for expert in experts]
