@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # The recorded best (docs/predictor.md, "Learned eviction"; the earlier steps: docs/history.md).
 BEST_LARU = {"b": 1.05, "credit": True, "guard": 0.005, "intervals": True}
-BEST_EXPERTS = ["intervals", "decay", "first", "model"]  # what intervals=1 runs
+BEST_EXPERTS = ["intervals", "decay", "first", "model", "frequency"]  # what intervals=1 runs
 BEST_TIE_BREAKER = "first"  # the expert that breaks the predictions' ties
 BEST_PROBATION = {100: 1, 300: 3, 10_000: 100}  # the first-seen expert's probation: LIRS's 1%, by k
 BEST_INTERVAL_WEIGHT = 0.25  # the newest interval's weight in the interval expert's smoothing

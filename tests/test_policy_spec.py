@@ -108,7 +108,7 @@ def test_laru_follows_an_interval_expert_on_a_loop_where_answers_tie():
         following, predictor = build("laru", trace, capacity, constant, intervals=1, **params)
         hits = replay(trace, following, predictor).hits.sum()
         assert hits >= 0.85 * opt_hits and following.stats.extra["expert_evictions"] > 0
-        (_, by_interval), _, (_, by_first), _ = following.experts
+        (_, by_interval), _, (_, by_first), *_ = following.experts
         assert max(by_interval.stats.misses, by_first.stats.misses) < following.predicted_shadow.stats.misses
         assert following.predicted_shadow.stats.misses == len(trace)  # LRU's
     # Where the predictions are right (oracle) their shadow leads and the expert is never followed.
@@ -125,22 +125,30 @@ def test_laru_expert_lead_rule(interval_misses, leads):
     (1,000 misses here): a tie keeps the predictions."""
     trace = generate("zipf:requests=100,keys=20,alpha=0.9,seed=1")
     policy, _ = build("laru", trace, 30, intervals=1)
-    (expert, by_interval), (_, by_decay), (_, by_first), (_, by_model) = policy.experts
+    (expert, by_interval), *others = policy.experts
     policy.predicted_shadow.stats.misses, by_interval.stats.misses = 1000, interval_misses
-    by_decay.stats.misses = by_first.stats.misses = by_model.stats.misses = 1000
+    for _, shadow in others:
+        shadow.stats.misses = 1000
     assert policy._leading_expert() is (expert if leads else None)
 
 
-@pytest.mark.parametrize("misses, leader", [((900, 800, 1000, 1000), "decay"), ((800, 800, 800, 800), "intervals"),
-                                            ((800, 900, 800, 1000), "intervals"), ((1000, 1000, 1000, 1000), None),
-                                            ((1001, 999, 999, 1000), "decay"), ((900, 900, 899, 1000), "first"),
-                                            ((900, 900, 900, 899), "model"), ((1000, 1000, 1000, 999), "model")])
+@pytest.mark.parametrize("misses, leader", [((900, 800, 1000, 1000, 1000), "decay"),
+                                            ((800, 800, 800, 800, 800), "intervals"),
+                                            ((800, 900, 800, 1000, 1000), "intervals"),
+                                            ((1000, 1000, 1000, 1000, 1000), None),
+                                            ((1001, 999, 999, 1000, 1000), "decay"),
+                                            ((900, 900, 899, 1000, 1000), "first"),
+                                            ((900, 900, 900, 899, 899), "model"),
+                                            ((1000, 1000, 1000, 999, 1000), "model"),
+                                            ((1000, 1000, 1000, 1000, 999), "frequency"),
+                                            ((999, 1000, 1000, 1000, 998), "frequency")])
 def test_laru_follows_the_expert_whose_shadow_missed_least(misses, leader):
     """Of several experts the one with the fewest shadow misses is the candidate (the first
-    listed on ties: intervals, decay, first, model); it leads only if it beats the predictions."""
+    listed on ties: intervals, decay, first, model, frequency); it leads only if it beats the
+    predictions."""
     trace = generate("zipf:requests=100,keys=20,alpha=0.9,seed=1")
     policy, _ = build("laru", trace, 5, intervals=1)
-    assert [expert.name for expert, _ in policy.experts] == ["intervals", "decay", "first", "model"]
+    assert [expert.name for expert, _ in policy.experts] == ["intervals", "decay", "first", "model", "frequency"]
     policy.predicted_shadow.stats.misses = 1000
     for (_, shadow), m in zip(policy.experts, misses):
         shadow.stats.misses = m
@@ -148,7 +156,7 @@ def test_laru_follows_the_expert_whose_shadow_missed_least(misses, leader):
     assert (chosen.name if chosen else None) == leader
 
 
-@pytest.mark.parametrize("which", [0, 1, 2, 3], ids=["intervals", "decay", "first", "model"])
+@pytest.mark.parametrize("which", [0, 1, 2, 3, 4], ids=["intervals", "decay", "first", "model", "frequency"])
 def test_laru_expert_shadows_serve_exactly_the_caches_requests(which):
     """Each expert's shadow is the LARU its expert alone would be on the whole trace (no
     guard, window never shrinking): same
@@ -180,15 +188,20 @@ def test_laru_expert_shadows_serve_exactly_the_caches_requests(which):
     assert in_policy.predict(keys, len(trace)) == expert.predict(keys, len(trace))
 
 
-@pytest.mark.parametrize("workload, leader", [("zipf:requests=8000,keys=2000,alpha=1.0,seed=5", "decay"),
-                                              ("scan:requests=8000,hot_keys=150,scan_length=400,scan_every=900,seed=5",
-                                               "first")])
-def test_laru_follows_its_heuristic_experts_where_answers_carry_nothing(workload, leader):
+SHIFTING = tuple(f"zipf:requests=1500,keys=1000,alpha=1.0,seed={seed}" for seed in range(6))
+
+
+@pytest.mark.parametrize("workloads, leader", [(("zipf:requests=8000,keys=2000,alpha=1.0,seed=5",), "frequency"),
+                                               (SHIFTING, "decay"),
+                                               (("scan:requests=8000,hot_keys=150,scan_length=400,scan_every=900,"
+                                                 "seed=2",), "first")])
+def test_laru_follows_its_heuristic_experts_where_answers_carry_nothing(workloads, leader):
     """Constant answers make plain LARU exactly LRU; with its experts it follows the one
-    whose shadow misses least, and misses less than LRU: on a skewed popularity the
-    frequency expert; with scans the first-seen one (a scan's keys, each seen once, go
+    whose shadow misses least, and misses less than LRU: on a fixed skewed popularity the
+    frequency expert (LFU); where the popular keys change (six phases, each its own keys)
+    frequency with aging; with scans the first-seen one (a scan's keys, each seen once, go
     newest first and leave the hot keys be)."""
-    trace = generate(workload)
+    trace = Trace(np.concatenate([generate(spec).keys + 10 ** 6 * i for i, spec in enumerate(workloads)]))
     lru = misses(trace, "lru", 60)
     policy, predictor = build("laru", trace, 60, np.zeros(len(trace)), mode="async")
     got = replay(trace, policy, predictor).stats["misses"]
@@ -395,9 +408,10 @@ def test_laru_follows_its_leading_expert_over_the_whole_cache():
         predictor.observe(key, t)
         policy.access(key, t)
     policy.old, policy.lam = {1, 2, 3, 4}, 0.5  # mid-phase, window 2
-    (_, by_interval), (_, by_decay), (_, by_first), (_, by_model) = policy.experts
+    (_, by_interval), *others = policy.experts
     policy.predicted_shadow.stats.misses, by_interval.stats.misses = 1000, 0
-    by_decay.stats.misses = by_first.stats.misses = by_model.stats.misses = 1000
+    for _, shadow in others:
+        shadow.stats.misses = 1000
     predictor.observe(5, 8)
     policy.access(5, 8)
     assert policy.last_evicted == 4 and policy.stats.extra["expert_evictions"] == 1
@@ -409,7 +423,7 @@ def test_laru_expert_shadows_keep_the_whole_cache_as_window():
     trace = generate("loop:requests=3000,keys=100")
     policy, predictor = build("laru", trace, 30, np.zeros(len(trace)), mode="async", b=2.0, credit=0)
     replay(trace, policy, predictor)
-    (_, by_interval), _, _, _ = policy.experts
+    (_, by_interval), *_ = policy.experts
     assert by_interval.stats.extra["prediction_induced_misses"] > 0
     assert all(shadow.lam == 1.0 for _, shadow in policy.experts)
 

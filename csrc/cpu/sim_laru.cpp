@@ -22,10 +22,10 @@ struct LaruParams {
     int64_t shrink_every = 1;
     bool credit = false;  // lambda grows back by b on hits LRU would have missed
     double guard = -1;    // >= 0: miss budget against LRU, (1 + guard) x its misses; < 0: off
-    // The experts (lcr.policies.laru_experts: intervals, decay, first, model).
+    // The experts (lcr.policies.laru_experts: intervals, decay, first, model, frequency).
     bool intervals = false;
 
-    int64_t n_experts() const { return intervals ? 4 : 0; }
+    int64_t n_experts() const { return intervals ? 5 : 0; }
     bool needs_twin() const { return credit || guard >= 0; }
     LaruParams without_experts() const {
         LaruParams p = *this;
@@ -48,7 +48,7 @@ struct LaruParams {
 // (follow it), or one of these.
 constexpr int64_t kPredictions = -1;           // the predictions; recency breaks their ties
 constexpr int64_t kPredictionsFirstTies = -2;  // the predictions; the first-seen expert breaks ties
-constexpr int64_t kFirstExpert = 2;            // its index (EXPERTS: intervals, decay, first, model)
+constexpr int64_t kFirstExpert = 2;            // its index (EXPERTS: intervals, decay, first, model, frequency)
 // FirstSeenRanks.ONCE_FLOOR, 2^51: its ranks of keys seen once are at least this.
 constexpr double kOnceFloor = 2251799813685248.0;
 
@@ -232,7 +232,7 @@ private:
 // One expert (lcr.policies.laru_experts) and its shadow LARU.
 class Expert {
 public:
-    enum Kind { kIntervals, kDecay, kFirst, kModel };
+    enum Kind { kIntervals, kDecay, kFirst, kModel, kFrequency };
 
     Expert(Kind kind, int64_t k, int64_t n_ids, const LaruParams& params, Counters& counters, const LruTwin* twin)
         : kind_(kind), tau_(10 * static_cast<double>(k) / std::log(2.0)),  // halves every 10 k requests
@@ -299,6 +299,9 @@ private:
             }
             case kModel:  // ranked by `access`
                 break;
+            case kFrequency:  // -(accesses so far)
+                value_[id] += 1.0;
+                return -value_[id];
             case kDecay: {  // -(log decayed count + t / tau)
                 const int64_t last = last_[id] < 0 ? t : last_[id];
                 value_[id] = value_[id] * std::exp(-static_cast<double>(t - last) / tau_) + 1.0;
@@ -324,7 +327,7 @@ private:
     Kind kind_;
     double tau_;
     std::vector<int64_t> last_;
-    std::vector<double> value_;  // per key: the smoothed interval, or the decayed count
+    std::vector<double> value_;  // per key: the smoothed interval, the decayed count, or the count
     // FirstSeenRanks' probation: its members by first access (members that left stay
     // behind in the queue until they reach its front), and which keys are members.
     int64_t probation_limit_;
@@ -359,7 +362,7 @@ void run_laru(const Requests& req, Recorder& rec, Counters& c, int64_t k, const 
     LaruCache cache(k, req.n_ids, params, pred, c, n_experts, twin);
     std::vector<Expert> experts;
     experts.reserve(n_experts);  // shadows keep their counters, and the cache watches them, by address
-    for (const Expert::Kind kind : {Expert::kIntervals, Expert::kDecay, Expert::kFirst, Expert::kModel})
+    for (const Expert::Kind kind : {Expert::kIntervals, Expert::kDecay, Expert::kFirst, Expert::kModel, Expert::kFrequency})
         experts.emplace_back(kind, k, req.n_ids, params, shadow_counters[experts.size() + 1], twin);
     cache.watch_shadow(predicted);
     for (const Expert& expert : experts) cache.watch_shadow(expert.shadow());

@@ -24,6 +24,10 @@ keys that need no model, for what a boundary classifier is blind to.
   cache size); the lowest count goes first. The order of two decayed counts never changes
   while neither key is requested, so the rank, -(log count + last access / tau) with
   tau = 10 k / ln 2, is fixed at the access.
+- ``frequency`` (LFU): each key ranked by its count of accesses, never aged; the fewest
+  go first, the oldest on equal counts. What ``decay`` forgets: popular keys that return
+  after a long gap (beyond its 10 k aging period). Which of the two a trace wants (aging
+  where popularity shifts, none where it does not) is for their shadows to show.
 - ``model`` (the predictions followed blindly, FPB's order): each key ranked by the
   model's answer at its latest access, over the whole cache. LARU's own use of the
   answers shrinks its window at every induced miss, so where a model is right on most
@@ -161,6 +165,21 @@ class DecayRanks(ExpertRanks):
         return -(math.log(count) + t / self.tau)
 
 
+class FrequencyRanks(ExpertRanks):
+    """-(accesses so far): the least frequently requested key ranks largest."""
+
+    name = "frequency"
+
+    def __init__(self, capacity: int, predictor: NextAccessPredictor | None = None):
+        super().__init__(capacity)
+        self._count: dict[int, int] = {}
+
+    def rank(self, key, t):
+        count = self._count.get(key, 0) + 1
+        self._count[key] = count
+        return -float(count)
+
+
 class ModelRanks(ExpertRanks):
     """The model's answer for the key at its latest access (NaN, unknown: +inf, first out,
     as in LARU's prediction table)."""
@@ -179,4 +198,4 @@ class ModelRanks(ExpertRanks):
 
 
 #: LARU's experts (``intervals=1``), in the order the lead rule breaks ties.
-EXPERTS: tuple[type[ExpertRanks], ...] = (IntervalRanks, DecayRanks, FirstSeenRanks, ModelRanks)
+EXPERTS: tuple[type[ExpertRanks], ...] = (IntervalRanks, DecayRanks, FirstSeenRanks, ModelRanks, FrequencyRanks)
