@@ -45,7 +45,8 @@ misses + k; where no shadow beats LRU it stays (1 + guard) x LRU's + k.
 
 ``intervals`` (lcr's extension) switches on LARU's experts (``lcr.policies.laru_experts``:
 each key's own smoothed interval, frequency with aging, the interval order keeping a
-pass's first keys, and the model's answers followed blindly; the option is named after the
+pass's first keys, the model's answers followed blindly, and frequency never aged (LFU);
+the option is named after the
 first, which came alone before). The heuristic ones need no model and see what a boundary
 classifier is blind to (a loop, where its answers all tie; popularity beyond the
 classifier's horizon); the model expert is FPB, for a model right often enough to gain but
