@@ -6,8 +6,8 @@ with weight 1/4, their shadows' window the whole cache and no guard, the first-s
 breaking the predictions' ties within the guard's slack, keeping the newest first accesses
 in LIRS's 1% probation, the model's answers followed blindly as the fourth, LFU the fifth:
 52.5% of the LRU->OPT gap at 300,000 requests against 52.3% with four guarded shadows;
-the steps in docs/history.md) over the
-relaxed-Belady classifier refitted every 5,000 accesses on up to 20,000 samples over 4 intervals and 2 decayed counts (52.99% at 6.5 us per request
+the steps in docs/history.md) over the relaxed-Belady classifier refitted every 5,000
+accesses on up to 20,000 samples over 4 intervals and 2 decayed counts (52.99% at 6.5 us per request
 against 52.95% at 47.3 us for 2,500 / 80,000 over 16 + 8, ``benchmarks/model_cost.py
 --tradeoffs --cached``, 2026-11-28).
 

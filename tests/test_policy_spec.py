@@ -159,9 +159,8 @@ def test_laru_follows_the_expert_whose_shadow_missed_least(misses, leader):
 @pytest.mark.parametrize("which", [0, 1, 2, 3, 4], ids=["intervals", "decay", "first", "model", "frequency"])
 def test_laru_expert_shadows_serve_exactly_the_caches_requests(which):
     """Each expert's shadow is the LARU its expert alone would be on the whole trace (no
-    guard, window never shrinking): same
-    misses and same contents at every request, and the expert hears each of its shadow's
-    evictions (the same ranks at the end). A shadow fed other requests than the cache
+    guard, a window that never shrinks): same misses and same contents at every request,
+    and the expert hears each of its shadow's evictions (the same ranks at the end). A shadow fed other requests than the cache
     (only the cache's misses, say) drifts from it."""
     from lcr.policies.laru_experts import EXPERTS, ModelRanks
 

@@ -43,33 +43,33 @@ only earn the budget back at g per LRU miss) while the shadow it follows gains. 
 growth is at most guard x LRU's misses, so the bound becomes (1 + 2 guard) x LRU's
 misses + k; where no shadow beats LRU it stays (1 + guard) x LRU's + k.
 
-``intervals`` (lcr's extension) switches on LARU's experts (``lcr.policies.laru_experts``:
-each key's own smoothed interval, frequency with aging, the interval order keeping a
-pass's first keys, the model's answers followed blindly, and frequency never aged (LFU);
-the option is named after the
-first, which came alone before). The heuristic ones need no model and see what a boundary
-classifier is blind to (a loop, where its answers all tie; popularity beyond the
-classifier's horizon); the model expert is FPB, for a model right often enough to gain but
-wrong often enough that LARU's induced misses shrink its window to recency. Beside the
-cache run one shadow LARU over the predictions (same parameters) and one per expert over
-that expert's ranks, its window fixed at the whole cache (an expert is a ranking, not a
-prediction to distrust) and without a guard (the cache's guard bounds the cache; a shadow
-held to recency after an early loss could never show its expert gaining later); all are keys only and fed exactly the cache's requests, and each
-expert hears what its shadow evicts. When the predictions would pick the victim, LARU
-instead evicts the key the leading expert ranks first among all it holds, if that expert's
-shadow has missed less than the predictions' shadow so far (the one that missed least; the
-first listed on ties). Where no expert leads, the window's candidates the predictions rank
-largest may tie (equal answers: NaN before the first model, a classifier's equal
-probabilities for keys it cannot tell apart); while the first-seen expert's shadow has
-missed no more than the predictions' shadow plus the guard's slack (guard x LRU's misses:
-one early miss of its bet, before it pays, must not stop it), that expert breaks the tie
-(the tied key it ranks first goes if that is a key seen once, its bet; else the oldest, as
-without experts): where neither the answers nor the shadows tell keys apart, LARU bets as
-LIRS does on keys seen once, and keeps recency among the others. Oracle predictions make
-their shadow OPT, which no shadow beats on any prefix of the requests, and tie only on
-keys never requested again, so LARU still makes OPT's decisions; the guard is checked
-first. The predictor is asked twice per query (the cache and its shadow), and once more at
-every access (the model expert).
+``intervals`` (lcr's extension) switches on LARU's experts
+(``lcr.policies.laru_experts``: each key's own smoothed interval, frequency with aging,
+the interval order keeping a pass's first keys, the model's answers followed blindly, and
+frequency never aged (LFU); the option is named after the first, which came alone
+before). The heuristic ones need no model and see what a boundary classifier is blind to
+(a loop, where its answers all tie; popularity beyond the classifier's horizon); the
+model expert is FPB, for a model right often enough to gain but wrong often enough that
+LARU's induced misses shrink its window to recency. Beside the cache run one shadow LARU
+over the predictions (same parameters) and one per expert over that expert's ranks, its
+window fixed at the whole cache (an expert is a ranking, not a prediction to distrust)
+and without a guard (the cache's guard bounds the cache; a shadow held to recency after
+an early loss could never show its expert gaining later); all are keys only and fed
+exactly the cache's requests, and each expert hears what its shadow evicts. When the
+predictions would pick the victim, LARU instead evicts the key the leading expert ranks
+first among all it holds, if that expert's shadow has missed less than the predictions'
+shadow so far (the one that missed least; the first listed on ties). Where no expert
+leads, the window's candidates the predictions rank largest may tie (equal answers: NaN
+before the first model, a classifier's equal probabilities for keys it cannot tell
+apart); while the first-seen expert's shadow has missed no more than the predictions'
+shadow plus the guard's slack (guard x LRU's misses: one early miss of its bet, before it
+pays, must not stop it), that expert breaks the tie (the tied key it ranks first goes if
+that is a key seen once, its bet; else the oldest, as without experts): where neither the
+answers nor the shadows tell keys apart, LARU bets as LIRS does on keys seen once, and
+keeps recency among the others. Oracle predictions make their shadow OPT, which no shadow
+beats on any prefix of the requests, and tie only on keys never requested again, so LARU
+still makes OPT's decisions; the guard is checked first. The predictor is asked twice per
+query (the cache and its shadow), and once more at every access (the model expert).
 
 ``record`` replaces the exact set of prediction-evicted keys with any object offering
 ``add``, ``discard``, ``clear`` and ``in`` (SlabHash keeps a bitset, see
