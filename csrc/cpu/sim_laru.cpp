@@ -381,14 +381,15 @@ void run_laru(const Requests& req, Recorder& rec, Counters& c, int64_t k, const 
     std::vector<double> expert_ranks(n_experts);
     for (int64_t t = 0; t < req.n; ++t) {
         const int32_t id = req.ids[t];
+        const double answer = pred.rank(t);
         if (twin != nullptr) lru_twin.access(id);  // before the cache and every shadow read it
         for (int64_t e = 0; e < n_experts; ++e) {
             Expert::Reranked reranked;
-            expert_ranks[e] = experts[e].access(id, t, pred.rank(t), never, reranked);
+            expert_ranks[e] = experts[e].access(id, t, answer, never, reranked);
             for (int i = 0; i < reranked.n; ++i) cache.rerank(e, reranked.id[i], reranked.rank[i]);
         }
-        predicted.access(id, pred.rank(t), nullptr, never);  // the shadows count this request first
-        record(t, cache.access(id, pred.rank(t), expert_ranks.data(), leader));
+        predicted.access(id, answer, nullptr, never);  // the shadows count this request first
+        record(t, cache.access(id, answer, expert_ranks.data(), leader));
     }
     c.predict_on_access(pred, req.n);
 }

@@ -46,7 +46,7 @@ struct Counters {
     int64_t prediction_evictions = 0, lru_evictions = 0;
     int64_t predictor_calls = 0, predicted_keys = 0;
     int64_t phases = 0, prediction_induced_misses = 0, credited_hits = 0, guarded_evictions = 0;
-    int64_t expert_evictions = 0;  // LARU: evictions its heuristic experts chose
+    int64_t expert_evictions = 0;  // LARU: evictions its experts chose
     int64_t expert_tie_breaks = 0;  // LARU: the first-seen expert broke the predictions' tie
     double lambda = 1.0;
 

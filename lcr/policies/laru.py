@@ -11,7 +11,7 @@ On a miss into a full cache:
 
 The defaults are lcr's measured best for a learned model (docs/predictor.md, "Learned
 eviction"; tests/test_defaults.py): b = 1.05 with ``credit``, ``guard`` 0.005 and the
-heuristic experts (``intervals``), below. Their guarantee is the guard's (at most 1.01 x
+experts (``intervals``), below. Their guarantee is the guard's (at most 1.01 x
 LRU's misses + k, 1.005 x where no shadow beats LRU), not Theorem 1's, which
 credit gives up. Algorithm 1 as the paper writes it, which Theorem 1 and the paper's
 experiments are about, is ``PAPER_RULE`` (b = 2, the extensions off).

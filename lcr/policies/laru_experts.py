@@ -1,5 +1,6 @@
-"""LARU's heuristic experts (lcr's extension, not in the paper): rankings of the cached
-keys that need no model, for what a boundary classifier is blind to.
+"""LARU's experts (lcr's extension, not in the paper): rankings of the cached keys, four
+that need no model, for what a boundary classifier is blind to, and the model's answers
+followed blindly.
 
 - ``intervals``: each key is expected back one interval after its last access (last
   access + its smoothed interval, +inf after a single access). That is what OPT does on
@@ -24,15 +25,15 @@ keys that need no model, for what a boundary classifier is blind to.
   cache size); the lowest count goes first. The order of two decayed counts never changes
   while neither key is requested, so the rank, -(log count + last access / tau) with
   tau = 10 k / ln 2, is fixed at the access.
-- ``frequency`` (LFU): each key ranked by its count of accesses, never aged; the fewest
-  go first, the oldest on equal counts. What ``decay`` forgets: popular keys that return
-  after a long gap (beyond its 10 k aging period). Which of the two a trace wants (aging
-  where popularity shifts, none where it does not) is for their shadows to show.
 - ``model`` (the predictions followed blindly, FPB's order): each key ranked by the
   model's answer at its latest access, over the whole cache. LARU's own use of the
   answers shrinks its window at every induced miss, so where a model is right on most
   keys but wrong on enough to induce misses (a noisy model), LARU drifts to recency
   while blind following still gains; this expert's shadow shows when it does.
+- ``frequency`` (LFU): each key ranked by its count of accesses, never aged; the fewest
+  go first, the oldest on equal counts. What ``decay`` forgets: popular keys that return
+  after a long gap (beyond its 10 k aging period). Which of the two a trace wants (aging
+  where popularity shifts, none where it does not) is for their shadows to show.
 
 Each expert is a ``NextAccessPredictor`` whose rank for a key is fixed at the key's
 access (read, never computed, at ``predict``; the model expert asks the model then, so
